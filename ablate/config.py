@@ -1,0 +1,227 @@
+"""One trial's configuration: a typed dataclass, the reference recipes, validation, identity.
+
+`TrialConfig` holds every ablation axis (one field, one comment). Fields left as
+`None` take the reference recipe of SPEC §3 for the trial's dataset and
+backbone (`resolve`). `validate` rejects unknown values with a one-line
+`ConfigError` naming the valid choices; `trial_id` hashes the resolved config
+together with the dataset recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+from ablate.errors import ConfigError, choice_error
+
+BACKBONES = ("gcn", "gin", "chebynet", "chebygin")
+AGGREGATIONS = ("mean", "sum")
+READOUTS = ("sum", "mean", "max")
+SCORERS = ("fc", "fc_hidden", "gnn")
+SCORER_INPUTS = ("prev", "curr")
+SELECTIONS = ("threshold", "topk", "gao")  # gao = Gao & Ji top-k (PyG TopKPooling, tanh gate)
+NORMALIZERS = ("softmax", "sparsemax", "spherical")
+SUPERVISIONS = ("unsup", "sup", "weak", "gt")
+INIT_DISTS = ("default", "normal", "uniform")
+DEVICES = ("auto", "cpu", "cuda")
+REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """Every axis of one trial. `None` = the reference recipe for this dataset/backbone."""
+
+    study: str = "adhoc"  # study name (result store folder)
+    dataset: str = "colors"  # colors, triangles, mnist_sp, digits_sp, proteins, dd, collab
+    data_params: tuple = ()  # sorted (key, value) overrides of the dataset recipe (sizes, seeds, path)
+    backbone: str = "chebygin"  # gcn, gin, chebynet, chebygin (SPEC §2 layer family)
+    K: int | None = None  # Chebyshev scales; 1 for gcn/gin
+    aggregation: str | None = None  # mean or sum (derived from the backbone)
+    hidden: int | None = None  # hidden width of the per-layer MLP; 0 = single Linear+ReLU
+    filters: tuple[int, ...] | None = None  # output channels of each graph layer
+    readout: str | None = None  # sum, mean or max over nodes
+    dropout: float | None = None  # dropout before every graph layer and the head
+    pool_layers: tuple[int, ...] | None = None  # attention pooling before these layers; () = global
+    scorer: str | None = None  # fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)
+    scorer_input: str | None = None  # prev (previous layer's input) or curr (current features)
+    selection: str = "threshold"  # threshold (alpha > t), topk (keep ratio r), gao (Gao & Ji top-k)
+    threshold: float | None = None  # alpha-tilde of Eq. 3: keep nodes with alpha > threshold
+    ratio: float = 0.5  # fraction of nodes kept by top-k selections
+    normalizer: str = "softmax"  # softmax, sparsemax or spherical (z^2 / sum z^2)
+    supervision: str = "unsup"  # unsup, sup (KL to GT), weak (KL to leave-one-out), gt (oracle)
+    kl_weight: float = 100.0  # weight of the KL attention term
+    init_dist: str = "default"  # initialisation of p: default (framework), normal, uniform
+    init_scale: float = 1.0  # scale of the normal / uniform initialisation of p
+    epochs: int | None = None  # training epochs
+    lr_decay_epochs: tuple[int, ...] | None = None  # multiply LR by 0.1 at these epochs
+    lr: float = 1e-3  # Adam learning rate, betas (0.5, 0.999)
+    weight_decay: float = 1e-4  # Adam weight decay
+    batch_size: int = 32  # training batch size
+    test_batch_size: int = 2000  # max graphs per evaluation batch (speed only; results per graph)
+    seeds: tuple[int, ...] = (0,)  # seeds trained by this trial (seed packing)
+    eval_every: int = 0  # evaluate val for the curves every this many epochs; 0 = ~50 points
+    device: str = "auto"  # auto (CUDA if present), cpu or cuda
+    extra: tuple = field(default=(), compare=True)  # sorted (key, value) of +new=value overrides
+
+    def replace(self, **changes) -> TrialConfig:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def data_kwargs(self) -> dict:
+        return dict(self.data_params)
+
+    @property
+    def has_attention(self) -> bool:
+        return bool(self.pool_layers)
+
+    @property
+    def task(self) -> str:
+        """'regression' (MSE on a count; accuracy of the rounded output) or 'classification'."""
+        return "regression" if self.dataset in REGRESSION_DATASETS else "classification"
+
+
+# Reference recipes (SPEC §3). Keys: dataset -> fields; dataset/backbone -> overrides.
+_RECIPES: dict[str, dict] = {
+    "colors": dict(filters=(64, 64), K=2, hidden=256, readout="sum", dropout=0.0,
+                   pool_layers=(1,), scorer="fc", scorer_input="prev", epochs=100,
+                   lr_decay_epochs=(90,),
+                   attn_epochs=300, attn_lr_decay_epochs=(280,),
+                   thresholds=dict(unsup=0.03, sup=0.05, weak=0.05, gt=0.05)),
+    "triangles": dict(filters=(64, 64, 64), K=7, hidden=64, readout="max", dropout=0.0,
+                      pool_layers=(1, 2), scorer="gnn", scorer_input="curr", epochs=100,
+                      lr_decay_epochs=(85, 95),
+                      thresholds=dict(unsup=1e-4, sup=1e-3, weak=1e-2, gt=1e-3)),
+    "mnist_sp": dict(filters=(4, 64, 512), K=4, hidden=64, readout="max", dropout=0.5,
+                     pool_layers=(2,), scorer="fc", scorer_input="prev", epochs=30, lr_decay_epochs=(20, 25),
+                     thresholds=dict(unsup=0.01, sup=0.01, weak=0.01, gt=0.01)),
+    "tu": dict(filters=(64, 64, 64), K=1, hidden=0, readout="max", dropout=0.1,
+               pool_layers=(1,), scorer="fc", scorer_input="prev", epochs=50, lr_decay_epochs=(25, 35, 45),
+               thresholds=dict(unsup=1e-3, sup=1e-3, weak=1e-3, gt=1e-3)),
+}
+_RECIPE_ALIAS = {"digits_sp": "mnist_sp", "proteins": "tu", "dd": "tu", "collab": "tu"}
+
+
+def recipe(dataset: str) -> dict:
+    """The reference training recipe of SPEC §3 for `dataset`."""
+    return _RECIPES[_RECIPE_ALIAS.get(dataset, dataset)]
+
+
+def resolve(cfg: TrialConfig) -> TrialConfig:
+    """Fill every `None` field from the dataset/backbone recipe (SPEC §2-3)."""
+    validate_choices(cfg)
+    r = recipe(cfg.dataset)
+    gin_like = cfg.backbone in ("gin", "chebygin")
+    cheby = cfg.backbone in ("chebynet", "chebygin")
+    K = cfg.K if cfg.K is not None else (r["K"] if cheby else 1)
+    if cfg.dataset == "collab" and cfg.K is None and cheby:
+        K = 3
+    if cfg.dataset == "colors" and cfg.backbone == "chebygin" and cfg.hidden is None:
+        # the reference COLORS script runs its ChebyGIN rows with mean aggregation, no hidden
+        agg, hidden = cfg.aggregation or "mean", 0
+    else:
+        agg = cfg.aggregation or ("sum" if gin_like else "mean")
+        hidden = cfg.hidden if cfg.hidden is not None else (r["hidden"] if gin_like else 0)
+    pool_layers = cfg.pool_layers if cfg.pool_layers is not None else r["pool_layers"]
+    attn = bool(pool_layers)
+    epochs = cfg.epochs
+    decay = cfg.lr_decay_epochs
+    if epochs is None:
+        epochs = r.get("attn_epochs", r["epochs"]) if attn else r["epochs"]
+        if decay is None:
+            decay = r.get("attn_lr_decay_epochs", r["lr_decay_epochs"]) if attn \
+                else r["lr_decay_epochs"]
+    if decay is None:
+        decay = tuple(e for e in r["lr_decay_epochs"] if e < epochs)
+    out = cfg.replace(
+        K=K, aggregation=agg, hidden=hidden,
+        filters=tuple(cfg.filters if cfg.filters is not None else r["filters"]),
+        readout=cfg.readout or r["readout"],
+        dropout=cfg.dropout if cfg.dropout is not None else r["dropout"],
+        pool_layers=tuple(pool_layers),
+        scorer=cfg.scorer or r["scorer"],
+        scorer_input=cfg.scorer_input or r["scorer_input"],
+        threshold=cfg.threshold if cfg.threshold is not None
+        else r["thresholds"][cfg.supervision],
+        epochs=int(epochs), lr_decay_epochs=tuple(int(e) for e in decay),
+        seeds=tuple(int(s) for s in cfg.seeds),
+    )
+    validate(out)
+    return out
+
+
+def validate_choices(cfg: TrialConfig) -> None:
+    """Reject categorical values outside their valid sets."""
+    from ablate.data import DATASETS
+
+    for name, choices in [("dataset", DATASETS), ("backbone", BACKBONES),
+                          ("selection", SELECTIONS),
+                          ("normalizer", NORMALIZERS), ("supervision", SUPERVISIONS),
+                          ("init_dist", INIT_DISTS), ("device", DEVICES)]:
+        value = getattr(cfg, name)
+        if value not in choices:
+            raise choice_error(name, value, choices)
+    for name, choices in [("aggregation", AGGREGATIONS), ("readout", READOUTS),
+                          ("scorer", SCORERS),
+                          ("scorer_input", SCORER_INPUTS)]:
+        value = getattr(cfg, name)
+        if value is not None and value not in choices:
+            raise choice_error(name, value, choices)
+
+
+def validate(cfg: TrialConfig) -> None:
+    """Check a resolved config; raise `ConfigError` with one line naming the bad value."""
+    validate_choices(cfg)
+    n_layers = len(cfg.filters)
+    if not (0 <= cfg.threshold < 1) or math.isnan(cfg.threshold):
+        raise ConfigError(f"threshold must be in [0, 1), got {cfg.threshold}")
+    if not (0 < cfg.ratio <= 1):
+        raise ConfigError(f"ratio must be in (0, 1], got {cfg.ratio}")
+    if cfg.K < 1:
+        raise ConfigError(f"K must be >= 1, got {cfg.K}")
+    if cfg.backbone in ("gcn", "gin") and cfg.K != 1:
+        raise ConfigError(f"backbone {cfg.backbone} has K = 1, got K={cfg.K}; "
+                          "use chebynet or chebygin for K > 1")
+    if n_layers < 1 or any(f < 1 for f in cfg.filters):
+        raise ConfigError(f"filters must be positive layer widths, got {cfg.filters}")
+    bad = [p for p in cfg.pool_layers if not 0 <= p <= n_layers]
+    if bad or len(set(cfg.pool_layers)) != len(cfg.pool_layers):
+        raise ConfigError(f"pool_layers must be distinct layer indices in 0..{n_layers} "
+                          f"(pooling before that layer; {n_layers} = after the last), got "
+                          f"{cfg.pool_layers}")
+    if cfg.scorer_input == "prev" and 0 in cfg.pool_layers:
+        raise ConfigError("scorer_input=prev needs pooling after a layer (pool_layers >= 1)")
+    if cfg.supervision != "unsup" and not cfg.pool_layers:
+        raise ConfigError(f"supervision={cfg.supervision} needs attention: set pool_layers")
+    if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.test_batch_size < 1:
+        raise ConfigError("epochs, batch_size and test_batch_size must be >= 1")
+    if not cfg.seeds:
+        raise ConfigError("seeds must name at least one seed")
+    if not 0 <= cfg.dropout < 1:
+        raise ConfigError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.init_scale <= 0:
+        raise ConfigError(f"init_scale must be > 0, got {cfg.init_scale}")
+
+
+def axes(cfg: TrialConfig) -> dict:
+    """The config as flat, Parquet-friendly columns (tuples become comma strings)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name in ("data_params", "extra"):
+            v = json.dumps(dict(v), sort_keys=True, default=str)
+        elif isinstance(v, tuple):
+            v = ",".join(str(x) for x in v)
+        out[f.name] = v
+    return out
+
+
+def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
+    """Hash of the resolved config (minus study and device) plus the dataset recipe hash."""
+    a = axes(cfg)
+    for k in ("study", "device"):
+        a.pop(k)
+    blob = json.dumps({"cfg": a, "data": dataset_hash}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]

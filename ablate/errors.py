@@ -1,0 +1,11 @@
+"""Errors that carry a one-line message for the user (the CLI exits 2 on them)."""
+
+
+class ConfigError(ValueError):
+    """A bad study, key, value or path: the message says what is valid or what is missing."""
+
+
+def choice_error(what: str, value, choices) -> ConfigError:
+    """`ConfigError` for a value outside a fixed set, naming the valid choices."""
+    valid = ", ".join(str(c) for c in choices)
+    return ConfigError(f"unknown {what} {value!r}; valid choices: {valid}")

@@ -1,0 +1,106 @@
+"""GraphNet: stacked layers of the family with attention pooling placed before any layer.
+
+Follows the networks of Knyazev et al. (2019) and their public code (SPEC §2):
+graph layers, pooling blocks before chosen layers (index = number of layers
+means after the last), a readout over the surviving nodes (sum, mean or max)
+and a linear head (1 output for counting regression, else one per class).
+`forward` reads top to bottom; it returns the prediction and what every
+pooling layer did, for the KL term and the attention metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ablate.config import TrialConfig
+from ablate.models.layers import Graph, GraphLayer
+from ablate.models.pooling import AttentionPool, GaoTopKPool, PoolResult
+
+
+@dataclass
+class NetOutput:
+    out: Tensor  # (B,) regression output or (B, classes) logits
+    pools: list[PoolResult] = field(default_factory=list)  # one per pooling layer, in order
+    graph: Graph | None = None  # the final induced graph (node mask after every pooling)
+
+    @property
+    def reg(self) -> Tensor | float:
+        """Sum of the attention KL terms (0 when unsupervised)."""
+        terms = [p.kl for p in self.pools if p.kl is not None]
+        return torch.stack(terms).sum() if terms else 0.0
+
+
+def readout(x: Tensor, graph: Graph, kind: str) -> Tensor:
+    """Graph readout over present nodes: sum, mean or max. Shapes: (B, N, C) -> (B, C)."""
+    m = graph.maskf.unsqueeze(-1)  # (B, N, 1)
+    if kind == "sum":
+        return (x * m).sum(1)
+    if kind == "mean":
+        return (x * m).sum(1) / m.sum(1).clamp(min=1)
+    out = x.masked_fill(~graph.mask.unsqueeze(-1), float("-inf")).amax(1)
+    return torch.where(torch.isfinite(out), out, torch.zeros_like(out))  # graphs left empty
+
+
+class GraphNet(nn.Module):
+    """Layers of the family with attention pooling, readout and head, built from a TrialConfig.
+
+    Args:
+        cfg: a resolved `TrialConfig` (see `ablate.config.resolve`).
+        in_channels: node feature size C.
+        out_channels: 1 for counting regression, else the number of classes.
+
+    Shapes: x (B, N, C), graph (B, N, N) -> NetOutput.out (B,) or (B, out_channels).
+    """
+
+    def __init__(self, cfg: TrialConfig, in_channels: int, out_channels: int):
+        super().__init__()
+        self.cfg = cfg
+        widths = [in_channels, *cfg.filters]
+        self.layers = nn.ModuleList(
+            GraphLayer(widths[i], widths[i + 1], cfg.K, cfg.aggregation, cfg.hidden, cfg.dropout)
+            for i in range(len(cfg.filters)))
+        self.pools = nn.ModuleDict()
+        for layer in cfg.pool_layers:
+            # scorer sees the previous layer's input ('prev') or the current features ('curr')
+            c_score = widths[layer - 1] if cfg.scorer_input == "prev" else widths[layer]
+            if cfg.selection == "gao":
+                self.pools[str(layer)] = GaoTopKPool(widths[layer], cfg.ratio, cfg.init_dist,
+                                                     cfg.init_scale)
+            else:
+                self.pools[str(layer)] = AttentionPool(
+                    c_score, cfg.scorer, cfg.normalizer, cfg.selection, cfg.threshold, cfg.ratio,
+                    cfg.K, cfg.aggregation, cfg.init_dist, cfg.init_scale)
+        self.head_dropout = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else nn.Identity()
+        self.head = nn.Linear(widths[-1], out_channels)
+        self.regression = out_channels == 1
+
+    def reset_parameters(self) -> None:
+        for m in [*self.layers, *self.pools.values(), self.head]:
+            m.reset_parameters()
+
+    def forward(self, x: Tensor, graph: Graph, gt: Tensor | None = None) -> NetOutput:
+        cfg = self.cfg
+        pools: list[PoolResult] = []
+        x_prev = x  # input of the previous layer
+        for i in range(len(self.layers) + 1):
+            if str(i) in self.pools:
+                x_score = x_prev if cfg.scorer_input == "prev" else x
+                res = self.pools[str(i)](x, x_score, graph, gt, cfg.supervision, cfg.kl_weight)
+                x, graph = res.x, res.graph  # (B, N, C), nodes of the induced subgraph
+                pools.append(res)
+            if i == len(self.layers):
+                break
+            x_prev = x
+            x = self.layers[i](x, graph)  # (B, N, F_i)
+        h = readout(x, graph, cfg.readout)  # (B, F)
+        out = self.head(self.head_dropout(h))  # (B, out)
+        return NetOutput(out.squeeze(-1) if self.regression else out, pools, graph)
+
+    def first_projection(self) -> Tensor | None:
+        """p of the first pooling layer when it is a plain projection, else None."""
+        if not self.cfg.pool_layers or self.cfg.scorer != "fc" or self.cfg.selection == "gao":
+            return None
+        return self.pools[str(min(self.cfg.pool_layers))].p.detach().reshape(-1).clone()
