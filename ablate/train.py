@@ -222,7 +222,6 @@ def run_seed(cfg: TrialConfig, splits: dict[str, GraphSet], seed: int,
              device: torch.device) -> TrialResult:
     """Train and evaluate one seed of a resolved config."""
     torch.manual_seed(seed)
-    np.random.seed(seed)
     in_ch = splits["train"].num_features
     regression = cfg.task == "regression"
     out_ch = 1 if regression else int(max(int(g.y.max()) for g in splits.values()) + 1)

@@ -27,17 +27,19 @@ class Graph:
         self.A = A
         self.mask = mask
         self.maskf = mask.to(A.dtype)  # (B, N) float copy of the mask, made once
-        self._ops: dict[bool, tuple[Tensor, Tensor]] = {}
+        self._ops: dict[tuple[int, bool], Tensor] = {}
 
     def with_mask(self, mask: Tensor) -> Graph:
         """The induced subgraph on the nodes of `mask` (same storage, new operators)."""
         return Graph(self.A, mask)
 
-    def operator(self, self_loops: bool) -> tuple[Tensor, Tensor]:
-        """(L, deg): the normalised operator of the induced subgraph and node degrees."""
-        if self_loops not in self._ops:
-            self._ops[self_loops] = propagation(self.A, self.maskf, self_loops)
-        return self._ops[self_loops]
+    def operator(self, K: int, sum_aggregation: bool) -> Tensor:
+        """Stacked propagation matrices P (B, N, N*K) of the layer family, cached per (K, sum)."""
+        key = (K, sum_aggregation)
+        if key not in self._ops:
+            with torch.no_grad():  # depends on the graph only, never on parameters
+                self._ops[key] = stacked_operator(self.A, self.maskf, K, sum_aggregation)
+        return self._ops[key]
 
 
 def propagation(A: Tensor, m: Tensor, self_loops: bool) -> tuple[Tensor, Tensor]:
@@ -57,13 +59,37 @@ def propagation(A: Tensor, m: Tensor, self_loops: bool) -> tuple[Tensor, Tensor]
 
 
 def chebyshev_basis(L: Tensor, x: Tensor, K: int) -> list[Tensor]:
-    """Chebyshev terms T_0 = X, T_1 = L X, T_k = 2 L T_(k-1) - T_(k-2) (Defferrard et al., 2016)."""
+    """Chebyshev terms T_0 = X, T_1 = L X, T_k = 2 L T_(k-1) - T_(k-2) (Defferrard et al., 2016).
+
+    With x = I this gives the polynomial matrices T_k(L) themselves.
+    """
     terms = [x]
     if K > 1:
         terms.append(torch.bmm(L, x))
     for _ in range(2, K):
         terms.append(2 * torch.bmm(L, terms[-1]) - terms[-2])
     return terms
+
+
+def stacked_operator(A: Tensor, m: Tensor, K: int, sum_aggregation: bool) -> Tensor:
+    """P with P[b, i, j*K + k] = (deg_i if sum and k >= 1) * T_k(L)[b, i, j] (SPEC §2).
+
+    K = 1: the single term is the GCN operator (times degree for SUM aggregation).
+    K > 1: Chebyshev terms of L = -D^-1/2 A D^-1/2; T_0 = I keeps the node's own
+    features unscaled, orders >= 1 are multiplied by the degree for SUM.
+    A layer then computes sum_k T_k X W_k as one matmul: bmm(P, (X W).view(B, N*K, H)).
+    Shapes: A (B, N, N), m (B, N) -> (B, N, N*K).
+    """
+    B, N, _ = A.shape
+    if K == 1:
+        L, deg = propagation(A, m, self_loops=True)
+        return (L * deg.unsqueeze(-1) if sum_aggregation else L)
+    L, deg = propagation(A, m, self_loops=False)
+    terms = chebyshev_basis(L, torch.diag_embed(m), K)  # K x (B, N, N)
+    if sum_aggregation:
+        d = deg.unsqueeze(-1)
+        terms = [terms[0]] + [t * d for t in terms[1:]]
+    return torch.stack(terms, dim=-1).reshape(B, N, N * K)
 
 
 class GraphLayer(nn.Module):
@@ -106,18 +132,17 @@ class GraphLayer(nn.Module):
                 m.reset_parameters()
 
     def forward(self, x: Tensor, graph: Graph) -> Tensor:
+        B, N, C = x.shape
         x = self.dropout(x)
-        L, deg = graph.operator(self_loops=self.K == 1)
-        if self.K == 1:
-            terms = [torch.bmm(L, x)]  # (B, N, C)
-            if self.aggregation == "sum":
-                terms[0] = terms[0] * deg.unsqueeze(-1)
-        else:
-            terms = chebyshev_basis(L, x, self.K)  # K x (B, N, C)
-            if self.aggregation == "sum":
-                d = deg.unsqueeze(-1)
-                terms = [terms[0]] + [t * d for t in terms[1:]]  # keep T_0 (self) unscaled
-        h = self.mlp(torch.cat(terms, dim=-1))  # (B, N, F)
+        lin = self.mlp[0]  # Linear(K*C, H): block k of its weight acts on the term T_k X
+        H = lin.out_features
+        # X W_k for every k at once: weight (H, K*C) -> (C, K*H) with column k*H + h
+        w = lin.weight.view(H, self.K, C).permute(2, 1, 0).reshape(C, self.K * H)
+        y = (x @ w).view(B, N * self.K, H)  # (B, N*K, H), row j*K + k = (X W_k)_j
+        P = graph.operator(self.K, self.aggregation == "sum")  # (B, N, N*K)
+        h = torch.baddbmm(lin.bias.view(1, 1, H), P, y)  # (B, N, H) = sum_k T_k X W_k + b
+        for m in self.mlp[1:]:
+            h = m(h)
         if self.activation:
             h = torch.relu(h)
         return h * graph.maskf.unsqueeze(-1)

@@ -1,0 +1,193 @@
+"""Layer family, attention pooling and leave-one-out attention against independent computations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from ablate.batching import collate, eval_batches
+from ablate.config import TrialConfig, resolve
+from ablate.data.graphs import GraphSet
+from ablate.metrics import attention_auc, focus_true
+from ablate.models.layers import Graph, GraphLayer, chebyshev_basis, propagation
+from ablate.models.network import GraphNet
+from ablate.models.pooling import AttentionPool, kl_attention_loss, topk_keep
+from ablate.weak import leave_one_out_batch, weak_attention
+
+
+def random_graphs(G=6, n_lo=3, n_hi=9, C=4, seed=0) -> GraphSet:
+    rng = np.random.default_rng(seed)
+    xs, edges, ys, gts = [], [], [], []
+    for _ in range(G):
+        n = int(rng.integers(n_lo, n_hi + 1))
+        a = np.triu(rng.random((n, n)) < 0.4, 1)
+        a = a | a.T
+        xs.append(rng.random((n, C)).astype(np.float32))
+        edges.append(np.stack(np.nonzero(a)))
+        g = (rng.random(n) < 0.4).astype(np.float32)
+        gts.append(g / g.sum() if g.sum() else g)
+        ys.append(float(rng.integers(0, 5)))
+    return GraphSet.from_graphs(xs, edges, ys, gts)
+
+
+def dense(gs: GraphSet):
+    b = collate(gs)
+    return b.x, Graph(b.A, b.mask), b
+
+
+def net(backbone: str, **kw) -> GraphNet:
+    cfg = resolve(TrialConfig(dataset="colors", backbone=backbone, **kw))
+    torch.manual_seed(0)
+    return GraphNet(cfg, 4, 1).eval()
+
+
+@pytest.mark.parametrize("K,agg,hidden", [(1, "mean", 0), (1, "sum", 8), (3, "mean", 0),
+                                          (3, "sum", 8)])
+def test_layer_equals_concatenated_chebyshev_terms(K, agg, hidden):
+    """The fused per-term matmul equals Linear([T_0 X, deg*T_1 X, ...]) of SPEC §2."""
+    x, graph, b = dense(random_graphs())
+    layer = GraphLayer(4, 6, K, agg, hidden)
+    m = b.mask.float()
+    L, deg = propagation(b.A, m, self_loops=K == 1)
+    terms = [torch.bmm(L, x)] if K == 1 else chebyshev_basis(L, x, K)
+    if agg == "sum":
+        d = deg.unsqueeze(-1)
+        terms = [terms[0] * d] if K == 1 else [terms[0]] + [t * d for t in terms[1:]]
+    ref = torch.relu(layer.mlp(torch.cat(terms, -1))) * m.unsqueeze(-1)
+    torch.testing.assert_close(layer(x, graph), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_gcn_operator_by_hand():
+    """D^-1/2 (A + I) D^-1/2 on a 3-node path graph, computed by hand."""
+    A = torch.tensor([[[0.0, 1, 0], [1, 0, 1], [0, 1, 0]]])
+    L, deg = propagation(A, torch.ones(1, 3), self_loops=True)
+    d = np.array([2.0, 3.0, 2.0])
+    expect = (np.eye(3) + A[0].numpy()) / np.sqrt(np.outer(d, d))
+    np.testing.assert_allclose(L[0].numpy(), expect, atol=1e-5)
+    np.testing.assert_allclose(deg[0].numpy(), d)
+
+
+@pytest.mark.parametrize("backbone,kw", [
+    ("gcn", dict(pool_layers=())), ("gin", dict(pool_layers=())),
+    ("chebynet", dict(pool_layers=(), K=3)), ("chebygin", dict(pool_layers=(), K=3)),
+    ("gin", dict(pool_layers=(1,))), ("chebygin", dict(pool_layers=(1, 2), filters=(8, 8),
+                                                       scorer="gnn", scorer_input="curr")),
+    ("chebygin", dict(pool_layers=(1,), selection="topk", normalizer="sparsemax")),
+    ("gin", dict(pool_layers=(1,), normalizer="spherical", scorer="fc_hidden")),
+])
+def test_permutation_invariance(backbone, kw):
+    """Permuting the nodes of every graph leaves the graph-level output unchanged."""
+    gs = random_graphs()
+    x, graph, b = dense(gs)
+    model = net(backbone, **kw)
+    out = model(x, graph, b.gt).out
+    N = x.shape[1]
+    perm = torch.randperm(N, generator=torch.Generator().manual_seed(3))
+    graph_p = Graph(b.A[:, perm][:, :, perm], b.mask[:, perm])
+    out_p = model(x[:, perm], graph_p, b.gt[:, perm]).out
+    torch.testing.assert_close(out, out_p, atol=1e-4, rtol=1e-4)
+
+
+def test_threshold_pooling_equals_explicit_induced_subgraph():
+    """Mask-based threshold pooling = building the induced subgraph and running layer 2 on it."""
+    gs = random_graphs(G=5, n_lo=5, n_hi=9)
+    model = net("chebygin", pool_layers=(1,), filters=(8, 8), K=2, threshold=0.12)
+    x, graph, b = dense(gs)
+    o = model(x, graph)
+    res = o.pools[0]
+    keep = res.graph.mask
+    assert 0 < keep.sum() < b.mask.sum(), "threshold should drop some but not all nodes"
+    h1 = model.layers[0](x, graph)
+    for g in range(len(gs)):
+        idx = keep[g].nonzero().squeeze(1)
+        A_sub = b.A[g][idx][:, idx].unsqueeze(0)  # explicit induced subgraph
+        x_sub = (h1[g] * res.alpha[g].unsqueeze(-1))[idx].unsqueeze(0)
+        sub_graph = Graph(A_sub, torch.ones(1, len(idx), dtype=torch.bool))
+        h2 = model.layers[1](x_sub, sub_graph)
+        out = model.head(h2.sum(1)).squeeze()
+        torch.testing.assert_close(out, o.out[g], atol=1e-5, rtol=1e-5)
+
+
+def test_kl_term_by_hand():
+    alpha = torch.tensor([[0.5, 0.25, 0.25, 0.0]])
+    gt = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    kl = 0.5 * math.log(0.5 / 0.5) + 0.5 * math.log(0.5 / 0.25)
+    expect = 100 * kl / 3  # KL / N with N = 3 nodes before pooling
+    assert kl_attention_loss(alpha, gt, mask, 100.0).item() == pytest.approx(expect, rel=1e-5)
+
+
+def test_topk_keeps_round_ratio():
+    score = torch.tensor([[0.1, 0.5, 0.3, 0.2, 9.0], [3.0, 1.0, 2.0, 0.0, 0.0]])
+    mask = torch.tensor([[True] * 4 + [False], [True, True, True, False, False]])
+    keep = topk_keep(score, mask, 0.5)
+    assert keep.tolist() == [[False, True, True, False, False], [True, False, True, False, False]]
+
+
+def test_gt_oracle_attention_is_ground_truth():
+    pool = AttentionPool(4, threshold=0.0)
+    x, graph, b = dense(random_graphs())
+    res = pool(x, x, graph, b.gt, supervision="gt")
+    torch.testing.assert_close(res.alpha, b.gt)
+    assert torch.equal(res.graph.mask, b.mask & (b.gt > 0))
+
+
+def test_init_of_projection():
+    for dist in ("normal", "uniform"):
+        pool = AttentionPool(1000, init_dist=dist, init_scale=2.0)
+        p = pool.p.detach()
+        if dist == "uniform":
+            assert p.abs().max() <= 2.0 and p.abs().max() > 1.9
+        else:
+            assert abs(p.std().item() - 2.0) < 0.2
+
+
+def test_auc_matches_sklearn_over_pooled_nodes():
+    """attn AUC pools every valid node of every graph: equal to sklearn on the flat arrays."""
+    gs = random_graphs(G=12)
+    model = net("gin", pool_layers=(1,))
+    from ablate.train import evaluate
+
+    rec = evaluate(model, eval_batches(gs, 5), model.cfg)
+    alphas, labels = [], []
+    for i in range(len(gs)):  # one graph at a time, no padding
+        _, g1, b1 = dense(gs.subset([i]))
+        a = model(b1.x, g1, b1.gt).pools[0].alpha[0]
+        alphas.append(a.detach().numpy())
+        labels.append(gs.gt[gs.node_ptr[i]:gs.node_ptr[i + 1]] > 0)
+    expect = roc_auc_score(np.concatenate(labels), np.concatenate(alphas))
+    assert rec["attn_auc_l0"] == pytest.approx(expect, abs=1e-6)
+    assert math.isnan(attention_auc(np.ones(3), np.zeros(3)))
+
+
+def test_focus_true_counts():
+    alpha = np.array([[0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]])
+    gt = np.array([[0, 1, 0], [0, 1, 0], [0, 0, 0]], dtype=float)
+    mask = np.ones((3, 3), dtype=bool)
+    assert focus_true(alpha, gt, mask) == (1, 2)
+
+
+def test_leave_one_out_batch_equals_per_node_loop():
+    """All N removals as one batch = removing each node explicitly, one forward at a time."""
+    gs = random_graphs(G=3, n_lo=4, n_hi=7)
+    model = net("gin", pool_layers=())
+    _, graph, b = dense(gs)
+    with torch.no_grad():
+        diff = leave_one_out_batch(model, b, chunk_entries=50)  # force several chunks
+        for g in range(len(gs)):
+            n = int(b.n_nodes[g])
+            _, g1, b1 = dense(gs.subset([g]))
+            full = model(b1.x, g1).out[0]
+            for i in range(n):
+                keep = [j for j in range(n) if j != i]
+                A_sub = b1.A[0][keep][:, keep].unsqueeze(0)
+                y_i = model(b1.x[:, keep], Graph(A_sub, torch.ones(1, n - 1, dtype=torch.bool)))
+                assert diff[g, i].item() == pytest.approx(abs(y_i.out[0] - full).item(),
+                                                          abs=1e-4)
+            assert (diff[g, n:] == 0).all()
+    alpha = weak_attention(diff, b.mask)
+    sums = alpha.sum(-1)
+    assert torch.all((sums - 1).abs() < 1e-5) or torch.all(sums[sums > 0] - 1 < 1e-5)
+    assert (alpha[(alpha > 0)] >= 1e-3 - 1e-9).all()
