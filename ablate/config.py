@@ -53,7 +53,8 @@ class TrialConfig:
     normalizer: str = "softmax"  # softmax, sparsemax or spherical (z^2 / sum z^2)
     supervision: str = "unsup"  # unsup, sup (KL to GT), weak (KL to leave-one-out), gt (oracle)
     kl_weight: float = 100.0  # weight of the KL attention term
-    init_dist: str = "default"  # initialisation of p: default (framework), normal, uniform
+    init_dist: str | None = None  # init of p: normal, uniform, default (framework); None = reference
+    #                              (N(0,1) for a plain projection p, framework default otherwise)
     init_scale: float = 1.0  # scale of the normal / uniform initialisation of p
     epochs: int | None = None  # training epochs
     lr_decay_epochs: tuple[int, ...] | None = None  # multiply LR by 0.1 at these epochs
@@ -135,13 +136,15 @@ def resolve(cfg: TrialConfig) -> TrialConfig:
                 else r["lr_decay_epochs"]
     if decay is None:
         decay = tuple(e for e in r["lr_decay_epochs"] if e < epochs)
+    scorer = cfg.scorer or r["scorer"]
     out = cfg.replace(
         K=K, aggregation=agg, hidden=hidden,
         filters=tuple(cfg.filters if cfg.filters is not None else r["filters"]),
         readout=cfg.readout or r["readout"],
         dropout=cfg.dropout if cfg.dropout is not None else r["dropout"],
         pool_layers=tuple(pool_layers),
-        scorer=cfg.scorer or r["scorer"],
+        scorer=scorer,
+        init_dist=cfg.init_dist or ("normal" if scorer == "fc" else "default"),
         scorer_input=cfg.scorer_input or r["scorer_input"],
         threshold=cfg.threshold if cfg.threshold is not None
         else r["thresholds"][cfg.supervision],
@@ -159,12 +162,12 @@ def validate_choices(cfg: TrialConfig) -> None:
     for name, choices in [("dataset", DATASETS), ("backbone", BACKBONES),
                           ("selection", SELECTIONS),
                           ("normalizer", NORMALIZERS), ("supervision", SUPERVISIONS),
-                          ("init_dist", INIT_DISTS), ("device", DEVICES)]:
+                          ("device", DEVICES)]:
         value = getattr(cfg, name)
         if value not in choices:
             raise choice_error(name, value, choices)
     for name, choices in [("aggregation", AGGREGATIONS), ("readout", READOUTS),
-                          ("scorer", SCORERS),
+                          ("scorer", SCORERS), ("init_dist", INIT_DISTS),
                           ("scorer_input", SCORER_INPUTS)]:
         value = getattr(cfg, name)
         if value is not None and value not in choices:

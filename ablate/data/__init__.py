@@ -9,8 +9,12 @@ cache (see `ablate.data.cache`).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from torch_geometric.data import Data
 
@@ -58,18 +62,30 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
 
 def dataset_recipe_hash(name: str, params: dict | None = None) -> str:
     """Hash of the fully resolved recipe (what the cache and the result store key on)."""
-    return recipe_hash(name, _hashable(resolve_params(name, params)))
+    return recipe_hash(name, _hashable(name, resolve_params(name, params)))
 
 
-def _hashable(params: dict) -> dict:
-    # where data is read from does not change what it is: leave the path out of the key
-    return {k: v for k, v in params.items() if k != "path"}
+def _hashable(name: str, params: dict) -> dict:
+    """The cache key: parameters without the path (where data lives is not what it is),
+    plus a digest of the generator's source, so a changed generator never reads old data."""
+    key = {k: v for k, v in params.items() if k != "path"}
+    key["_code"] = _generator_digest(name)
+    return key
+
+
+@functools.cache
+def _generator_digest(name: str) -> str:
+    module = sys.modules[_registry()[name].__module__]
+    files = [Path(module.__file__), Path(__file__).with_name("graphs.py")]
+    if name in ("mnist_sp", "digits_sp"):
+        files.append(Path(__file__).with_name("superpixels.py"))
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
 
 
 def load_graphsets(name: str, progress: bool = False, **params) -> dict[str, GraphSet]:
     """Every split of dataset `name` as `GraphSet`s, generated once and cached on disk."""
     resolved = resolve_params(name, params)
-    path = cache_path(name, _hashable(resolved))
+    path = cache_path(name, _hashable(name, resolved))
     if path.exists():
         try:
             return load_splits(path)

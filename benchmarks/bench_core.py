@@ -1,0 +1,114 @@
+"""Core benchmark: dataset generation, training epochs, evaluation, leave-one-out attention.
+
+    python benchmarks/bench_core.py              # full sizes, medians over 3 runs
+    python benchmarks/bench_core.py --repeats 5 --threads 2
+
+Prints one table row per measurement: median seconds over --repeats runs, the
+runs themselves, and the target of issue 2 (reference code on a 2-core CPU in
+brackets). Generation is timed with a fresh cache; training and evaluation
+follow the reference recipes (SPEC §3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from ablate.batching import TrainBatches, eval_batches
+from ablate.config import TrialConfig, resolve
+from ablate.data import colors, load_graphsets, triangles
+from ablate.models.network import GraphNet
+from ablate.train import _tune_allocator, evaluate, fit
+from ablate.weak import leave_one_out_attention
+
+
+def _time(fn, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _model(dataset: str, **kw) -> tuple[GraphNet, TrialConfig, dict]:
+    cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin", **kw))
+    splits = load_graphsets(dataset)
+    torch.manual_seed(0)
+    out = 1
+    return GraphNet(cfg, splits["train"].num_features, out), cfg, splits
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--skip", default="", help="comma list of rows to skip: gen,colors,triangles,loo")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    _tune_allocator()
+    skip = set(args.skip.split(","))
+    rows: list[tuple[str, list[float], str]] = []
+    dev = torch.device("cpu")
+
+    if "gen" not in skip:
+        rows.append(("COLORS generation (10,500 graphs)",
+                     _time(lambda: colors.generate(), args.repeats), "<= 5 s (50 s)"))
+        rows.append(("TRIANGLES generation (45,000 graphs)",
+                     _time(lambda: triangles.generate(), args.repeats), "<= 120 s (~18 min)"))
+
+    if "colors" not in skip:
+        model, cfg, splits = _model("colors", supervision="sup")
+        train = TrainBatches(splits["train"], dev)
+        one = cfg.replace(epochs=1, lr_decay_epochs=())
+        fit(model, one, train, 0)  # warm-up
+        epoch = _time(lambda: fit(model, cfg.replace(epochs=10, lr_decay_epochs=()), train, 0),
+                      args.repeats)
+        rows.append(("COLORS ChebyGIN sup: train epoch (500 graphs)", [t / 10 for t in epoch], ""))
+        tests = {k: eval_batches(v, device=dev) for k, v in splits.items() if k != "train"}
+        ev = _time(lambda: [evaluate(model, b, cfg) for b in tests.values()], args.repeats)
+        rows.append(("COLORS full evaluation (val + 3 tests, 10,000 graphs)", ev, ""))
+        e_med, v_med = statistics.median(t / 10 for t in epoch), statistics.median(ev)
+        n_curve = 50  # validation points per trial for the curves (eval_every = epochs // 50)
+        v_one = statistics.median(_time(lambda: evaluate(model, tests["val"], cfg), args.repeats))
+        trial = cfg.epochs * e_med + n_curve * v_one + v_med
+        rows.append(("COLORS sup trial estimate (300 epochs + 50 val + eval)", [trial],
+                     "<= 10 s (34 s)"))
+
+    if "triangles" not in skip:
+        model, cfg, splits = _model("triangles", supervision="sup")
+        train = TrainBatches(splits["train"], dev)
+        sub = TrainBatches(splits["train"].subset(np.arange(3200)), dev)
+        fit(model, cfg.replace(epochs=1, lr_decay_epochs=()), sub, 0)  # warm-up
+        ep = _time(lambda: fit(model, cfg.replace(epochs=1, lr_decay_epochs=()), train, 0),
+                   args.repeats)
+        rows.append(("TRIANGLES ChebyGIN K=7 sup: train epoch (30,000 graphs)", ep,
+                     "<= 3.5 s (7-15 s)"))
+        tests = {k: eval_batches(v, device=dev) for k, v in splits.items() if k != "train"}
+        ev = _time(lambda: [evaluate(model, b, cfg) for b in tests.values()], args.repeats)
+        rows.append(("TRIANGLES full evaluation (val + 2 tests, 15,000 graphs)", ev, ""))
+
+    if "loo" not in skip:
+        model, cfg, splits = _model("colors", pool_layers=())
+        model.eval()
+        test = [splits[s] for s in ("test_orig", "test_large", "test_largec")]
+        loo = _time(lambda: [leave_one_out_attention(model, g, dev) for g in test], args.repeats)
+        rows.append(("Leave-one-out attention, COLORS tests (7,500 graphs)", loo,
+                     "<= 15 s (397 s)"))
+
+    print(f"\ntorch {torch.__version__}, threads {torch.get_num_threads()}, repeats {args.repeats}")
+    print(f"{'measurement':58s} {'median s':>9s}  {'runs':24s} target (reference)")
+    for name, runs, target in rows:
+        r = ", ".join(f"{t:.2f}" for t in runs)
+        print(f"{name:58s} {statistics.median(runs):9.3f}  {r:24s} {target}")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory():
+        main()
