@@ -64,6 +64,7 @@ class TrialConfig:
     test_batch_size: int = 2000  # max graphs per evaluation batch (speed only; results per graph)
     seeds: tuple[int, ...] = (0,)  # seeds trained by this trial (seed packing)
     eval_every: int = 0  # evaluate val for the curves every this many epochs; 0 = ~50 points
+    loo_auc: bool = True  # attention AUC of models without attention by leave-one-out (slow, O(N^3))
     device: str = "auto"  # auto (CUDA if present), cpu or cuda
     extra: tuple = field(default=(), compare=True)  # sorted (key, value) of +new=value overrides
 

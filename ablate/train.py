@@ -252,7 +252,7 @@ def run_seed(cfg: TrialConfig, splits: dict[str, GraphSet], seed: int,
         t0 = time.perf_counter()
         rec = evaluate(model, val if split == "val" else
                        eval_batches(gs, cfg.test_batch_size, device), cfg,
-                       loo=not cfg.pool_layers and split != "val")
+                       loo=cfg.loo_auc and not cfg.pool_layers and split != "val")
         rec.update(seed=seed, split=split, status="ok", error="", cos_p_init=cos_p,
                    train_s=train_s, eval_s=time.perf_counter() - t0, device=str(device))
         records.append(rec)

@@ -23,6 +23,7 @@ from ablate.train import run_trial
 COLORS_MODELS = {
     "ChebyGIN sup": dict(backbone="chebygin", supervision="sup"),
     "ChebyGIN global pool": dict(backbone="chebygin", pool_layers=()),
+    "ChebyGIN global pool (no LOO AUC)": dict(backbone="chebygin", pool_layers=(), loo_auc=False),
     "GIN + GT attention": dict(backbone="gin", supervision="gt"),
 }
 

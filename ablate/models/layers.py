@@ -46,16 +46,19 @@ def propagation(A: Tensor, m: Tensor, self_loops: bool) -> tuple[Tensor, Tensor]
     """GCN operator D^-1/2 (A+I) D^-1/2 (self_loops) or Chebyshev L = -D^-1/2 A D^-1/2 (SPEC §2).
 
     Both act on the subgraph induced by the node mask `m`; degrees D are computed after
-    masking (including the self-loop for the GCN operator).
+    masking (including the self-loop for the GCN operator). The mask is folded into
+    d = m D^-1/2, so L = A * (d d^T) needs two passes over the (B, N, N) tensor.
     Shapes: A (B, N, N), float mask m (B, N) -> L (B, N, N), deg (B, N).
     """
-    Am = A * m.unsqueeze(1) * m.unsqueeze(2)  # (B, N, N) edges of the induced subgraph
+    deg = torch.bmm(A, m.unsqueeze(-1)).squeeze(-1) * m  # (B, N) degree inside the subgraph
     if self_loops:
-        Am = Am + torch.diag_embed(m)
-    deg = Am.sum(-1)  # (B, N)
-    d = (deg + 1e-5).pow(-0.5) * m
-    L = d.unsqueeze(2) * Am * d.unsqueeze(1)
-    return (L if self_loops else -L), deg
+        deg = deg + m
+    d = (deg + 1e-5).pow(-0.5) * m  # (B, N), zero on absent nodes
+    outer = d.unsqueeze(2) * (d if self_loops else -d).unsqueeze(1)  # (B, N, N)
+    L = A * outer
+    if self_loops:
+        L = L + torch.diag_embed(d * d)
+    return L, deg
 
 
 def chebyshev_basis(L: Tensor, x: Tensor, K: int) -> list[Tensor]:
@@ -72,24 +75,28 @@ def chebyshev_basis(L: Tensor, x: Tensor, K: int) -> list[Tensor]:
 
 
 def stacked_operator(A: Tensor, m: Tensor, K: int, sum_aggregation: bool) -> Tensor:
-    """P with P[b, i, j*K + k] = (deg_i if sum and k >= 1) * T_k(L)[b, i, j] (SPEC §2).
+    """P with P[b, i, k*N + j] = (deg_i if sum and k >= 1) * T_k(L)[b, i, j] (SPEC §2).
 
     K = 1: the single term is the GCN operator (times degree for SUM aggregation).
     K > 1: Chebyshev terms of L = -D^-1/2 A D^-1/2; T_0 = I keeps the node's own
     features unscaled, orders >= 1 are multiplied by the degree for SUM.
-    A layer then computes sum_k T_k X W_k as one matmul: bmm(P, (X W).view(B, N*K, H)).
-    Shapes: A (B, N, N), m (B, N) -> (B, N, N*K).
+    A layer then computes sum_k T_k X W_k as one matmul: bmm(P, Y) with
+    Y (B, K*N, H) holding X W_k in rows k*N .. k*N + N - 1.
+    Shapes: A (B, N, N), m (B, N) -> (B, N, K*N).
     """
-    B, N, _ = A.shape
     if K == 1:
         L, deg = propagation(A, m, self_loops=True)
         return (L * deg.unsqueeze(-1) if sum_aggregation else L)
     L, deg = propagation(A, m, self_loops=False)
-    terms = chebyshev_basis(L, torch.diag_embed(m), K)  # K x (B, N, N)
+    prev, cur = torch.diag_embed(m), L  # T_0(L) = I on present nodes, T_1(L) = L
+    higher = [L]
+    for _ in range(2, K):
+        prev, cur = cur, 2 * torch.bmm(L, cur) - prev  # T_k(L) = 2 L T_(k-1) - T_(k-2)
+        higher.append(cur)
     if sum_aggregation:
-        d = deg.unsqueeze(-1)
-        terms = [terms[0]] + [t * d for t in terms[1:]]
-    return torch.stack(terms, dim=-1).reshape(B, N, N * K)
+        higher = [t * deg.unsqueeze(-1) for t in higher]  # orders >= 1 times degree
+    terms = [torch.diag_embed(m), *higher]
+    return torch.cat(terms, dim=-1)
 
 
 class GraphLayer(nn.Module):
@@ -136,10 +143,9 @@ class GraphLayer(nn.Module):
         x = self.dropout(x)
         lin = self.mlp[0]  # Linear(K*C, H): block k of its weight acts on the term T_k X
         H = lin.out_features
-        # X W_k for every k at once: weight (H, K*C) -> (C, K*H) with column k*H + h
-        w = lin.weight.view(H, self.K, C).permute(2, 1, 0).reshape(C, self.K * H)
-        y = (x @ w).view(B, N * self.K, H)  # (B, N*K, H), row j*K + k = (X W_k)_j
-        P = graph.operator(self.K, self.aggregation == "sum")  # (B, N, N*K)
+        w = lin.weight.view(H, self.K, C).permute(1, 2, 0)  # (K, C, H) = W_k for every k
+        y = torch.matmul(x.unsqueeze(1), w).view(B, self.K * N, H)  # (B, K*N, H) rows k*N+j
+        P = graph.operator(self.K, self.aggregation == "sum")  # (B, N, K*N)
         h = torch.baddbmm(lin.bias.view(1, 1, H), P, y)  # (B, N, H) = sum_k T_k X W_k + b
         for m in self.mlp[1:]:
             h = m(h)
