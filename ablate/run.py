@@ -1,0 +1,161 @@
+"""Command line: ``python -m ablate.run study=NAME [overrides...]``.
+
+Overrides use Hydra's syntax (``key=value``, ``+new=value``, ``~key``, sweeps
+``seed=range(0,10)`` / ``backbone=gin,chebygin`` that expand the grid).
+``--help`` lists the studies and every key with its allowed values;
+``dry_run=true`` prints the trial table and count. Exit codes: 0 every trial
+complete, 1 some trials failed after their retries, 2 bad study / key / value
+(one line naming the valid choices), 130 interrupted (rerun to resume).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+
+from ablate.errors import ConfigError
+from ablate.study import (
+    RUN_KEYS,
+    STUDY_KEYS,
+    TRIAL_KINDS,
+    build_study,
+    fixed_axes,
+    list_studies,
+    load_attr,
+    load_spec,
+    trial_table,
+)
+
+USAGE = "usage: python -m ablate.run study=NAME [key=value ...] [--help]"
+
+
+def _choices() -> dict[str, tuple]:
+    from ablate import config
+    from ablate.data import DATASETS
+
+    return {"dataset": DATASETS, "backbone": config.BACKBONES,
+            "aggregation": config.AGGREGATIONS, "readout": config.READOUTS,
+            "scorer": config.SCORERS, "scorer_input": config.SCORER_INPUTS,
+            "selection": config.SELECTIONS, "normalizer": config.NORMALIZERS,
+            "supervision": config.SUPERVISIONS, "init_dist": config.INIT_DISTS,
+            "device": config.DEVICES}
+
+
+def _field_docs(cls) -> list[tuple[str, str, str]]:
+    """(name, type, comment) of every annotated field, read from the class source."""
+    out = []
+    for line in inspect.getsource(cls).splitlines():
+        m = re.match(r"^\s{4}(\w+): ([^=]+?)(?: = [^#]*)?(?:#\s*(.*))?$", line)
+        if m and not line.strip().startswith("def"):
+            out.append((m.group(1), m.group(2).strip(), (m.group(3) or "").strip()))
+    return out
+
+
+def _pretty(typ: str) -> str:
+    return (typ.replace("tuple[int, ...]", "[int,...]").replace("tuple[float, ...]", "[float,...]")
+            .replace(" | None", "|null"))
+
+
+def help_text(study: str | None = None) -> str:
+    """The --help page: usage, studies, runner keys, axes with valid values, data keys."""
+    from ablate.data import DATASETS, resolve_params
+
+    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "", "studies:"]
+    for name, desc in list_studies().items():
+        lines.append(f"  {name:<12} {desc}")
+    lines += ["", "runner keys:"]
+    for k, (d, h) in RUN_KEYS.items():
+        lines.append(f"  {k + '=':<18} {h} (default {d})")
+    lines += ["", "study settings (the study file sets them; override here):"]
+    for k, (d, h) in STUDY_KEYS.items():
+        lines.append(f"  {k + '=':<18} {h} (default {d})")
+    lines += ["", "trial axes (graph trials; null = the dataset's reference recipe):"]
+    choices = _choices()
+    for name, typ, doc in _field_docs(load_attr(TRIAL_KINDS["graph"].config)):
+        if name in ("study", "seeds", "data_params", "extra"):
+            continue
+        allowed = "|".join(choices[name]) if name in choices else _pretty(typ)
+        lines.append(f"  {name + '=':<18} {allowed}  -- {doc}")
+    lines += ["  +NEW=VALUE         a free-form axis (recorded in the 'extra' column)", "",
+              "dataset parameters (data.KEY=VALUE; defaults shown):"]
+    for ds in DATASETS:
+        params = ", ".join(f"{k}={v}" for k, v in resolve_params(ds).items())
+        lines.append(f"  {ds:<10} {params}")
+    if study:
+        lines += ["", _study_summary(study)]
+    return "\n".join(lines)
+
+
+def _study_summary(name: str) -> str:
+    spec = load_spec(name)
+    out = [f"study {name}: {spec.description}", f"  fixed: {spec.fixed}",
+           f"  data: {spec.data}", f"  grid: {spec.grid}",
+           f"  variants: {len(spec.variants)}", f"  seeds: {spec.seeds} "
+           f"(seeds_per_trial={spec.seeds_per_trial})"]
+    return "\n".join(out)
+
+
+def _study_name(argv: list[str]) -> str:
+    names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
+    if not names or not names[-1]:
+        valid = ", ".join(list_studies())
+        raise ConfigError(f"no study given: pass study=NAME; valid choices: {valid}")
+    return names[-1]
+
+
+def dry_run(study, options) -> str:
+    """The trial table (axes as columns) and the count, marking trials already done."""
+    import pandas as pd
+
+    from ablate.store import Store
+
+    done = Store(options["results_dir"], study.name).completed()
+    table = trial_table(study, done)
+    spec = study.spec
+    fixed = " ".join(f"{k}={v}" for k, v in fixed_axes(study).items())
+    n_done = int(table["done"].sum()) if len(table) else 0
+    with pd.option_context("display.max_rows", None, "display.max_columns", None,
+                           "display.width", 200):
+        body = table.to_string(index=False) if len(table) else "(no trials)"
+    return (f"study {study.name}: {spec.description}\n"
+            f"fixed: {fixed}\n{body}\n"
+            f"{len(study.trials)} trials ({n_done} done, {len(study.trials) - n_done} to run), "
+            f"{sum(len(t.config.seeds) for t in study.trials)} seed runs; "
+            f"seeds_per_trial={spec.seeds_per_trial} cpus_per_trial={spec.cpus_per_trial} "
+            f"gpus_per_trial={spec.gpus_per_trial} max_failures={spec.max_failures}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if any(a in ("-h", "--help", "help") for a in argv):
+            names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
+            print(help_text(names[-1] if names else None))
+            return 0
+        from ablate.search import is_search_study
+
+        if is_search_study(_study_name(argv)):  # kind: search -> Optuna through Ray Tune
+            from ablate.search import main as search_main
+
+            return search_main(_study_name(argv), argv)
+        study, options = build_study(_study_name(argv), argv)
+        if options["dry_run"]:
+            print(dry_run(study, options))
+            return 0
+        from ablate.execution import run_study
+
+        summary = run_study(study, options["results_dir"], force=options["force"],
+                            ray_address=options["ray_address"], progress=options["progress"])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return 130
+    print(summary.line())
+    return summary.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Parquet result store: one file per finished trial, written atomically by the driver.
+
+Layout (DESIGN.md "Result store")::
+
+    RESULTS/<study>/trials/<trial_id>.parquet   one row per (seed, split)
+    RESULTS/<study>/curves/<trial_id>.parquet   one row per (seed, evaluated epoch)
+    RESULTS/<study>/failures.jsonl              one line per failed attempt (informational)
+
+A trial file is the completion marker: its curves are written first, and each
+file goes to a temp name in the same folder, is fsynced and renamed over the
+final name, so a crash or SIGKILL never leaves a torn file. A trial is complete
+when its file exists and every row has status ``ok``. Scanning checks every
+``*.parquet`` in ``trials/`` and rejects foreign or corrupt files with a
+one-line `StoreError`, without modifying anything.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ablate.errors import ConfigError
+
+TRIALS, CURVES, FAILURES = "trials", "curves", "failures.jsonl"
+STATUSES = ("ok", "error", "nan")
+REQUIRED = ("study", "trial_id", "seed", "split", "status", "error", "attempt")
+IDENTITY = ("study", "trial_id", "seed", "split", "status", "error", "attempt")
+CURVE_KEYS = ("study", "trial_id", "attempt", "seed", "epoch")
+_TMP = re.compile(r"^\..+\.tmp$")
+
+
+class StoreError(ConfigError):
+    """The result store holds something this program did not write, or is busy."""
+
+
+class Store:
+    """The result folder of one study."""
+
+    def __init__(self, results_dir: str | os.PathLike, study: str):
+        self.root = Path(results_dir).expanduser()
+        self.study = study
+        self.dir = self.root / study
+        self.trials_dir = self.dir / TRIALS
+        self.curves_dir = self.dir / CURVES
+        self._lock_fd: int | None = None
+
+    # ------------------------------------------------------------------ reading
+    def trial_files(self) -> list[Path]:
+        if not self.trials_dir.is_dir():
+            return []
+        return sorted(p for p in self.trials_dir.glob("*.parquet") if not p.name.startswith("."))
+
+    def scan(self) -> dict[str, str]:
+        """trial_id -> 'ok' (every row ok) or the first failed status, for every trial file."""
+        out = {}
+        for path in self.trial_files():
+            table = _read_checked(path, columns=["study", "trial_id", "status"])
+            ids = set(table.column("trial_id").to_pylist())
+            studies = set(table.column("study").to_pylist())
+            if ids != {path.stem} or studies != {self.study}:
+                raise StoreError(f"{path}: holds trial {sorted(ids)} of study {sorted(studies)}, "
+                                 f"not {path.stem} of {self.study}; move it out of "
+                                 f"{self.trials_dir} or use another results_dir=")
+            statuses = table.column("status").to_pylist()
+            bad = [s for s in statuses if s != "ok"]
+            out[path.stem] = bad[0] if bad else ("ok" if statuses else "error")
+        return out
+
+    def completed(self) -> set[str]:
+        """Ids of trials whose every row has status ok."""
+        return {k for k, s in self.scan().items() if s == "ok"}
+
+    def read(self) -> pd.DataFrame:
+        return read_trials(self.root, self.study)
+
+    # ------------------------------------------------------------------ writing
+    def write(self, trial_id: str, records: list[dict], curves: list[dict] = (),
+              extra: dict | None = None) -> Path:
+        """Write a trial's rows (and curves) atomically; `extra` columns go on every row."""
+        extra = {"study": self.study, "trial_id": trial_id, "attempt": 1, **(extra or {})}
+        if curves:
+            cur = [{**{k: extra[k] for k in ("study", "trial_id", "attempt") if k in extra}, **c}
+                   for c in curves]
+            atomic_write(_frame(cur, CURVE_KEYS), self.curves_dir / f"{trial_id}.parquet")
+        rows = [{**r, **extra} for r in records]
+        for r in rows:
+            if r.get("status") not in STATUSES:
+                raise ValueError(f"status must be one of {STATUSES}, got {r.get('status')!r}")
+            r.setdefault("error", "")
+        return atomic_write(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
+
+    def log_failure(self, entry: dict) -> None:
+        """Append one failed attempt to failures.jsonl (history; the trial file holds the latest)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"time": now_iso(), **entry}, default=str)
+        with open(self.dir / FAILURES, "a") as f:
+            f.write(line + "\n")
+
+    def clean_temp(self, older_than_s: float = 60.0) -> int:
+        """Remove temp files left by a killed writer (ours only: '.NAME.*.tmp')."""
+        n = 0
+        for d in (self.trials_dir, self.curves_dir):
+            if not d.is_dir():
+                continue
+            for p in d.iterdir():
+                if _TMP.match(p.name) and time.time() - p.stat().st_mtime > older_than_s:
+                    p.unlink(missing_ok=True)
+                    n += 1
+        return n
+
+    def lock(self) -> None:
+        """Hold an exclusive lock on the study folder for this process (released on exit)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(f"another run is writing to {self.dir}; wait for it to finish or "
+                             "use another results_dir=") from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _frame(rows: list[dict], first: tuple[str, ...]) -> pa.Table:
+    df = pd.DataFrame(rows)
+    cols = [c for c in first if c in df.columns] + [c for c in df.columns if c not in first]
+    return pa.Table.from_pandas(df[cols], preserve_index=False)
+
+
+def atomic_write(table: pa.Table, path: Path) -> Path:
+    """Write `table` to `path` through a temp file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read_checked(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """Read an ablate Parquet file, or raise a one-line StoreError for foreign/corrupt files."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as e:
+        raise StoreError(f"{path}: not a readable Parquet file ({type(e).__name__}); delete it "
+                         "to rerun that trial, or use another results_dir=") from None
+    missing = [c for c in REQUIRED if c not in schema.names]
+    if missing:
+        raise StoreError(f"{path}: not an ablate result file (missing columns "
+                         f"{', '.join(missing)}); move it out of {path.parent} or use another "
+                         "results_dir=")
+    try:
+        return pq.read_table(path, columns=columns)
+    except Exception as e:
+        raise StoreError(f"{path}: corrupt Parquet data ({type(e).__name__}); delete it to rerun "
+                         "that trial, or use another results_dir=") from None
+
+
+def _read_folder(folder: Path, check: bool) -> pd.DataFrame:
+    frames = []
+    for path in sorted(folder.glob("*.parquet")):
+        if path.name.startswith("."):
+            continue
+        frames.append((_read_checked(path) if check else pq.read_table(path)).to_pandas())
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _studies(results_dir: Path, study: str | None) -> list[Path]:
+    if study is not None:
+        return [results_dir / study]
+    return sorted(p for p in results_dir.iterdir() if (p / TRIALS).is_dir()) \
+        if results_dir.is_dir() else []
+
+
+def read_trials(results_dir: str | os.PathLike = "results",
+                study: str | None = None) -> pd.DataFrame:
+    """Every trial row of one study (or of all studies under `results_dir`) as one DataFrame."""
+    frames = [_read_folder(d / TRIALS, check=True) for d in _studies(Path(results_dir), study)
+              if (d / TRIALS).is_dir()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def read_curves(results_dir: str | os.PathLike = "results",
+                study: str | None = None) -> pd.DataFrame:
+    """Every per-epoch curve row of one study (or of all studies) as one DataFrame."""
+    frames = [_read_folder(d / CURVES, check=False) for d in _studies(Path(results_dir), study)
+              if (d / CURVES).is_dir()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,506 @@
+"""A study: its YAML file plus command-line overrides, expanded into validated trials.
+
+A study file (``studies/NAME.yaml``) holds
+
+- ``fixed:``     axes shared by every trial (``TrialConfig`` fields);
+- ``data:``      dataset recipe overrides (``ablate.data`` generator parameters);
+- ``variants:``  explicit rows, each a dict of single axis values (a union); a
+  row may carry its own ``seeds``;
+- ``grid:``      axes crossed with each other and with every variant (a product;
+  each value is a list of choices, so a tuple axis is written ``[[1], [1, 2]]``);
+- ``seeds``, ``seeds_per_trial`` (seed packing), ``cpus_per_trial``,
+  ``gpus_per_trial``, ``max_failures``, ``kind`` (trial kind, default ``graph``).
+
+Trials = variants x grid x seed chunks. Overrides use Hydra's grammar
+(``key=value``, sweeps ``key=a,b`` / ``seed=range(0,10)``, ``+new=value``,
+``~key``, ``data.KEY=value``): a plain value replaces the axis everywhere, a sweep
+makes it a grid axis. Every trial is resolved and validated here, before Ray
+starts; problems raise `ConfigError` with one line naming the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import itertools
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import ConfigError, choice_error
+
+
+def _studies_dir() -> Path:
+    """$ABLATE_STUDIES, else studies/ beside the package (checkout or wheel), else ./studies."""
+    if os.environ.get("ABLATE_STUDIES"):
+        return Path(os.environ["ABLATE_STUDIES"])
+    here = Path(__file__).resolve().parent
+    for d in (here.parent / "studies", here / "studies", Path.cwd() / "studies"):
+        if d.is_dir():
+            return d
+    return here.parent / "studies"
+
+
+STUDIES_DIR = _studies_dir()
+
+# Runner options: name -> (default, help). Settable on the command line only.
+RUN_KEYS: dict[str, tuple[Any, str]] = {
+    "study": (None, "study to run: the name of a file studies/NAME.yaml"),
+    "results_dir": ("results", "result store root; results go to RESULTS_DIR/STUDY/"),
+    "dry_run": (False, "print the trial table and count, then exit"),
+    "force": (False, "rerun trials that are already complete in the store"),
+    "ray_address": (None, "join this Ray cluster ('auto' or host:port); default: "
+                          "$RAY_ADDRESS, else start an embedded local Ray"),
+    "progress": ("auto", "progress display: auto, bar (one live line), lines, none"),
+}
+# Study settings: name -> (default, help). Set in the YAML, overridable on the command line.
+STUDY_KEYS: dict[str, tuple[Any, str]] = {
+    "seeds": ([0], "seeds to train (alias seed); e.g. seed=range(0,10)"),
+    "seeds_per_trial": (1, "seeds packed into one Ray trial (amortises per-trial overhead)"),
+    "cpus_per_trial": (1, "CPUs reserved per trial (also torch threads)"),
+    "gpus_per_trial": ("auto", "GPUs per trial, fractional allowed (0.25 = four trials per "
+                               "GPU); auto = 0.25 when the cluster has GPUs, else 0"),
+    "max_failures": (2, "retries of a trial that raises, returns NaN or loses its worker"),
+}
+PROGRESS_MODES = ("auto", "bar", "lines", "none")
+_SECTIONS = {"description", "kind", "fixed", "data", "grid", "variants", *STUDY_KEYS}
+
+
+@dataclass(frozen=True)
+class TrialKind:
+    """How to build, resolve and run one kind of trial (all given as 'module:attr' paths)."""
+
+    config: str  # frozen dataclass holding every axis of a trial
+    run: str  # (config) -> object with .records (list[dict]) and .curves (list[dict])
+    resolve: str | None = None  # (config) -> resolved config; raises ConfigError
+    datasets: bool = True  # trials name an ablate.data dataset (fields dataset, data_params)
+
+
+# One line per trial kind; the runner imports these paths in the driver and the workers.
+TRIAL_KINDS: dict[str, TrialKind] = {
+    "graph": TrialKind("ablate.config:TrialConfig", "ablate.train:run_trial_full",
+                       "ablate.config:resolve"),
+    "sdc": TrialKind("ablate.sdc:SDCConfig", "ablate.sdc:run_sdc_trial_full", "ablate.sdc:resolve",
+                     datasets=False),
+}
+
+
+def load_attr(path: str) -> Any:
+    """Import 'package.module:attr'."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass
+class StudySpec:
+    """A study file after overrides, before expansion."""
+
+    name: str
+    kind: str = "graph"
+    description: str = ""
+    fixed: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)  # axis -> list of choices
+    variants: list = field(default_factory=list)  # list of {axis: value}
+    seeds: list = field(default_factory=lambda: [0])
+    seeds_per_trial: int = 1
+    cpus_per_trial: float = 1
+    gpus_per_trial: float | str = "auto"
+    max_failures: int = 2
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One unit of work for Ray: a resolved config (one or more seeds) and its identity."""
+
+    trial_id: str
+    kind: str
+    config: Any  # resolved config dataclass
+    dataset: str | None = None
+    data_params: tuple = ()  # sorted (key, value)
+    data_hash: str | None = None
+
+
+@dataclass
+class Study:
+    spec: StudySpec
+    trials: list[Trial]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+# ----------------------------------------------------------------------------- study files
+
+
+def list_studies(directory: Path | None = None) -> dict[str, str]:
+    """Study name -> one-line description, for every studies/*.yaml."""
+    directory = Path(directory or STUDIES_DIR)
+    out = {}
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            out[path.stem] = str(_read_yaml(path).get("description", "")).strip()
+        except ConfigError as e:
+            out[path.stem] = f"(unreadable: {e})"
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as e:  # YAML syntax errors
+        raise ConfigError(f"{path}: not a valid study file ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a study file is a mapping of sections")
+    return data
+
+
+def load_spec(name: str, directory: Path | None = None) -> StudySpec:
+    """Read studies/NAME.yaml into a `StudySpec` (no overrides yet)."""
+    directory = Path(directory or STUDIES_DIR)
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        raise choice_error("study", name, list(list_studies(directory)) or ["(none found in "
+                                                                            f"{directory})"])
+    raw = _read_yaml(path)
+    unknown = sorted(set(raw) - _SECTIONS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {unknown}; valid: {sorted(_SECTIONS)}")
+    spec = StudySpec(name=name, kind=str(raw.get("kind", "graph")),
+                     description=str(raw.get("description", "")).strip())
+    if spec.kind not in TRIAL_KINDS:
+        raise choice_error("trial kind", spec.kind, TRIAL_KINDS)
+    for sec in ("fixed", "data", "grid"):
+        value = raw.get(sec) or {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: section {sec!r} must be a mapping")
+        setattr(spec, sec, dict(value))
+    for axis, choices in spec.grid.items():
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{path}: grid axis {axis!r} must be a non-empty list of choices "
+                              f"(write a tuple axis as [[1], [1, 2]])")
+    spec.variants = [dict(v) for v in raw.get("variants") or []]
+    if any(not isinstance(v, dict) for v in raw.get("variants") or []):
+        raise ConfigError(f"{path}: 'variants' must be a list of mappings")
+    both = sorted({k for v in spec.variants for k in v} & set(spec.grid))
+    if both:
+        raise ConfigError(f"{path}: axis {both} appears in both 'grid' and 'variants'")
+    for key in STUDY_KEYS:
+        if key in raw:
+            _set_study_key(spec, key, raw[key])
+    return spec
+
+
+def _set_study_key(spec: StudySpec, key: str, value: Any) -> None:
+    if key == "seeds":
+        spec.seeds = _seed_list(value)
+    elif key in ("seeds_per_trial", "max_failures"):
+        lo = 1 if key == "seeds_per_trial" else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ConfigError(f"{key} must be an integer >= {lo}, got {value!r}")
+        setattr(spec, key, value)
+    elif key == "gpus_per_trial" and value == "auto":
+        spec.gpus_per_trial = "auto"
+    else:  # cpus_per_trial, gpus_per_trial
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
+                or (key == "cpus_per_trial" and value <= 0):
+            raise ConfigError(f"{key} must be a number {'> 0' if key[0] == 'c' else '>= 0 or auto'}"
+                              f", got {value!r}")
+        if key == "gpus_per_trial" and value > 1 and value != int(value):
+            raise ConfigError(f"gpus_per_trial above 1 must be a whole number, got {value}")
+        setattr(spec, key, value)
+
+
+def _seed_list(value: Any) -> list[int]:
+    """Seeds from a list, an int, or a string in Hydra's sweep syntax ('range(0,10)', '0,1')."""
+    if isinstance(value, str):
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        try:
+            o = OverridesParser.create().parse_overrides([f"seeds={value}"])[0]
+        except Exception:
+            raise ConfigError(f"seeds: cannot parse {value!r}; use a list, an int or "
+                              "'range(0,10)'") from None
+        value = list(o.sweep_iterator()) if o.is_sweep_override() else o.value()
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not value \
+            or any(isinstance(s, bool) or not isinstance(s, int) for s in value):
+        raise ConfigError(f"seeds must be a non-empty list of integers, got {value!r}")
+    return list(dict.fromkeys(int(s) for s in value))
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
+    """Apply Hydra-syntax overrides to `spec` in place; return the runner options."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    options = {k: d for k, (d, _) in RUN_KEYS.items()}
+    options["study"] = spec.name
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as e:
+        raise ConfigError(f"cannot parse overrides: {str(e).splitlines()[0]}") from None
+    fields = _config_fields(spec.kind)
+    for o in parsed:
+        key = o.key_or_group
+        sweep = o.is_sweep_override()
+        if sweep:
+            try:
+                values = list(o.sweep_iterator())
+            except Exception:
+                raise ConfigError(f"{key}: only choice (a,b) and range(...) sweeps expand a "
+                                  "grid") from None
+            if not values:
+                raise ConfigError(f"{key}: the sweep is empty")
+        value = None if o.is_delete() else (values if sweep else o.value())
+        if key in RUN_KEYS:
+            if sweep or o.is_delete():
+                raise ConfigError(f"{key} takes a single value")
+            options[key] = _run_option(key, value)
+        elif key in ("seed", "seeds"):
+            spec.seeds = _seed_list([0] if o.is_delete() else value)
+            for v in spec.variants:  # the command line wins over per-variant seeds
+                v.pop("seeds", None)
+        elif key in STUDY_KEYS:
+            if sweep:
+                raise ConfigError(f"{key} takes a single value")
+            _set_study_key(spec, key, STUDY_KEYS[key][0] if o.is_delete() else value)
+        elif key.startswith("data."):
+            _set_axis(spec, key, value, sweep, o.is_delete(), spec.data, key[5:])
+        elif key in fields and key not in ("study", "seeds", "data_params", "extra"):
+            _set_axis(spec, key, value, sweep, o.is_delete(), spec.fixed, key)
+        elif o.is_add() or o.is_force_add():  # +new=value: a free-form axis (TrialConfig.extra)
+            _set_axis(spec, "+" + key, value, sweep, o.is_delete(), spec.fixed, "+" + key)
+        else:
+            valid = sorted([*RUN_KEYS, *STUDY_KEYS, "seed", *(
+                f for f in fields if f not in ("study", "seeds", "data_params", "extra"))])
+            raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(valid)}, data.KEY "
+                              f"(dataset parameters), +NEW=VALUE (a new free-form axis)")
+    return options
+
+
+def _set_axis(spec: StudySpec, grid_key: str, value: Any, sweep: bool, delete: bool,
+              target: dict, key: str) -> None:
+    """A plain value fixes the axis everywhere; a sweep makes it a grid axis; ~ deletes it."""
+    spec.grid.pop(grid_key, None)
+    for v in spec.variants:
+        v.pop(grid_key, None)
+    target.pop(key, None)
+    if delete:
+        return
+    if sweep:
+        spec.grid[grid_key] = value
+    else:
+        target[key] = value
+
+
+def _run_option(key: str, value: Any) -> Any:
+    if key in ("dry_run", "force"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if key == "progress" and value not in PROGRESS_MODES:
+        raise choice_error("progress", value, PROGRESS_MODES)
+    if key in ("results_dir", "study") and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
+    return None if value in (None, "") else str(value)
+
+
+# ----------------------------------------------------------------------------- expansion
+
+
+def _config_fields(kind: str) -> dict[str, Any]:
+    """Field name -> type hint of the kind's config dataclass."""
+    cls = load_attr(TRIAL_KINDS[kind].config)
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def coerce(name: str, value: Any, hint: Any) -> Any:
+    """Convert a YAML/command-line value to the field's declared type, or raise ConfigError."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in (a for a in args if a is not type(None)):
+            try:
+                return coerce(name, value, a)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0])
+    if hint is Any:
+        return value
+    if hint is tuple or origin is tuple:
+        if value is None:
+            raise ConfigError(f"{name} must be a list, got null")
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        elem = args[0] if args else Any
+        return tuple(coerce(name, v, elem) for v in items)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if hint is str:
+        if value is None or isinstance(value, list | dict):
+            raise ConfigError(f"{name} must be a single value, got {value!r}")
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def make_config(kind: str, axes: dict) -> Any:
+    """Build the kind's config dataclass from raw axis values (type-checked, not resolved)."""
+    fields = _config_fields(kind)
+    kwargs: dict[str, Any] = {}
+    data, extra = {}, {}
+    for key, value in axes.items():
+        if key.startswith("data."):
+            data[key[5:]] = value
+        elif key.startswith("+"):
+            extra[key[1:]] = value
+        elif key == "data_params":
+            data.update(dict(value))
+        elif key == "extra":
+            extra.update(dict(value))
+        elif key in fields:
+            kwargs[key] = coerce(key, value, fields[key])
+        else:
+            raise ConfigError(f"unknown axis {key!r}; valid: {', '.join(sorted(fields))}")
+    if "data_params" in fields:
+        kwargs["data_params"] = tuple(sorted((k, _freeze(v)) for k, v in data.items()))
+    elif data:
+        raise ConfigError(f"trial kind {kind!r} takes no data.* parameters")
+    if extra:
+        if "extra" not in fields:
+            raise ConfigError(f"trial kind {kind!r} takes no +new=value axes")
+        kwargs["extra"] = tuple(sorted((k, _freeze(v)) for k, v in extra.items()))
+    return load_attr(TRIAL_KINDS[kind].config)(**kwargs)
+
+
+def resolve_config(kind: str, cfg: Any) -> Any:
+    k = TRIAL_KINDS[kind]
+    return load_attr(k.resolve)(cfg) if k.resolve else cfg
+
+
+def _generic_id(cfg: Any, kind: str) -> str:
+    from ablate.config import axes
+
+    a = axes(cfg)
+    for k in ("study", "device"):
+        a.pop(k, None)
+    blob = json.dumps({"kind": kind, "cfg": a}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def make_trial(kind: str, cfg: Any) -> Trial:
+    """Resolve and validate `cfg`, and compute its trial id (config + dataset recipe hash)."""
+    cfg = resolve_config(kind, cfg)
+    if not TRIAL_KINDS[kind].datasets:
+        return Trial(_generic_id(cfg, kind), kind, cfg)
+    from ablate.config import trial_id
+    from ablate.data import dataset_recipe_hash
+
+    params = dict(cfg.data_params)
+    try:
+        data_hash = dataset_recipe_hash(cfg.dataset, params)
+    except ConfigError as e:
+        raise ConfigError(f"data.*: {e}") from None
+    return Trial(trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
+
+
+def expand(spec: StudySpec) -> list[Trial]:
+    """Every trial of the study: variants x grid x seed chunks, resolved, deduplicated."""
+    grid_keys = list(spec.grid)
+    combos = [dict(zip(grid_keys, c)) for c in itertools.product(*spec.grid.values())]
+    fixed = {("data." + k): v for k, v in spec.data.items()}
+    fixed.update(spec.fixed)
+    step = spec.seeds_per_trial
+    trials: dict[str, Trial] = {}
+    for variant in spec.variants or [{}]:
+        variant = dict(variant)
+        seeds = _seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
+        chunks = [tuple(seeds[i:i + step]) for i in range(0, len(seeds), step)]
+        for combo in combos:
+            base = {**fixed, **variant, **combo}
+            missing = [k for k, v in base.items() if v == "???"]
+            if missing:
+                raise ConfigError(f"study {spec.name} needs {missing[0]}=VALUE on the command "
+                                  "line")
+            for seeds in chunks:
+                cfg = make_config(spec.kind, {**base, "study": spec.name, "seeds": seeds})
+                t = make_trial(spec.kind, cfg)
+                trials.setdefault(t.trial_id, t)
+    return list(trials.values())
+
+
+def build_study(name: str, overrides: list[str] = (),
+                directory: Path | None = None) -> tuple[Study, dict]:
+    """Load studies/NAME.yaml, apply overrides, expand and validate every trial."""
+    spec = load_spec(name, directory)
+    options = apply_overrides(spec, list(overrides))
+    return Study(spec, expand(spec)), options
+
+
+def trial_table(study: Study, done: set[str] = frozenset()):
+    """The trials as a DataFrame: trial_id, the axes that vary, seeds, and whether done."""
+    import pandas as pd
+
+    from ablate.config import axes
+
+    rows = []
+    for t in study.trials:
+        a = axes(t.config)
+        a.pop("study", None)
+        rows.append({"trial_id": t.trial_id, **a, "done": t.trial_id in done})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    varying = [c for c in df.columns
+               if c in ("trial_id", "seeds", "done") or df[c].astype(str).nunique() > 1]
+    return df[varying]
+
+
+def fixed_axes(study: Study) -> dict:
+    """Axes with one value across every trial (shown above the dry-run table)."""
+    from ablate.config import axes
+
+    if not study.trials:
+        return {}
+    rows = [axes(t.config) for t in study.trials]
+    return {k: v for k, v in rows[0].items()
+            if k not in ("study", "seeds") and all(str(r.get(k)) == str(v) for r in rows)}

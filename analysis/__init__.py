@@ -1,0 +1,13 @@
+"""Analysis of an `ablate` result store: paper tables, figures, statistics and a report.
+
+`python -m analysis.report RESULTS_DIR [--study NAME ...] [--out DIR]` reads the
+Parquet store read-only (`analysis.load`), summarises every study with bootstrap
+confidence intervals and paired, Holm-corrected comparisons (`analysis.stats`,
+`analysis.tables`), draws the papers' figures (`analysis.figures`), states a few
+automatically computed findings (`analysis.findings`) and writes Markdown, LaTeX,
+CSV, PNG/SVG, `report.md` and a self-contained `report.html` (`analysis.report`).
+"""
+
+from analysis.load import StoreError, Study, load_store
+
+__all__ = ["StoreError", "Study", "load_store"]

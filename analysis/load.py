@@ -1,0 +1,297 @@
+"""Read the Parquet result store, read-only: studies, trial rows, per-epoch curves.
+
+Layout (written by the runner): `RESULTS_DIR/<study>/trials/<trial_id>.parquet`, one
+row per (trial, seed, split), and `RESULTS_DIR/<study>/curves/<trial_id>.parquet`,
+one row per (trial, seed, evaluated epoch). `RESULTS_DIR` may also be one study's
+folder (it holds `trials/`).
+
+Every file's footer is parsed once (a pyarrow dataset fragment), checked for the
+identity columns, and the fragments are scanned as one `pyarrow.dataset` with the
+unified schema and a column projection: only the columns the report uses are
+decoded. Bad input raises `StoreError` with a one-line message; nothing is ever
+written under `RESULTS_DIR`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+# identity columns every trial file must have (split defaults to "test" when absent)
+TRIAL_REQUIRED = ("trial_id", "seed", "status", "dataset")
+CURVE_REQUIRED = ("seed", "epoch")
+
+IDENTITY = ("trial_id", "seed", "split", "status", "error", "attempt")
+AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "filters", "readout",
+        "dropout", "pool_layers", "scorer", "scorer_input", "selection", "threshold", "ratio",
+        "normalizer", "supervision", "kl_weight", "init_dist", "init_scale", "epochs",
+        "lr_decay_epochs", "lr", "weight_decay", "batch_size", "seeds", "extra",
+        # selective-dependence (ablate.sdc) trials
+        "task", "average_at", "entropy_lambda", "focus_hidden", "classify_hidden")
+METRICS = ("accuracy", "ft", "acc_by_size", "gt_mass_curve", "cos_p_init", "nnz", "dist", "ent")
+COST = ("train_s", "git_sha")  # compute and provenance lines of the report
+PER_LAYER = re.compile(r"^(attn_auc|ratio_kept)_l(\d+)$")
+CURVE_COLUMNS = ("trial_id", "seed", "epoch", "train_loss", "val_accuracy", "val_loss", "val_auc",
+                 "val_ft", "ftpt", "ffpt", "ftpf", "ffpf")
+CACHE_VERSION = 1  # bump when the cached projection changes meaning
+PLAN_FILES = ("plan.parquet", "plan.csv", "plan.json")  # optional list of planned trial ids
+
+
+class StoreError(Exception):
+    """Bad input (no results, a foreign or unreadable file, missing columns): one line."""
+
+
+@dataclass
+class Study:
+    """One study of the store: its trial rows (every status) and its curves."""
+
+    name: str
+    path: Path
+    trials: pd.DataFrame  # one row per (trial, seed, split), latest attempt only
+    curves: pd.DataFrame  # one row per (trial, seed, epoch); may be empty
+    n_files: int  # trial files read
+    planned: list[str] | None = None  # trial ids of a plan file, when the runner left one
+    notes: list[str] = field(default_factory=list)  # what the loader had to assume
+    failed_attempts: int = 0  # lines of failures.jsonl (the runner's log of failed attempts)
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        """Rows of runs that finished (status ok)."""
+        return self.trials[self.trials["status"] == "ok"]
+
+
+def find_studies(results_dir: str | Path) -> dict[str, Path]:
+    """Study name -> folder, for every folder of `results_dir` that holds `trials/`."""
+    root = Path(results_dir)
+    if not root.exists():
+        raise StoreError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise StoreError(f"{root}: not a directory (give the results folder, e.g. results/)")
+    if (root / "trials").is_dir():
+        return {root.resolve().name: root}
+    found = {p.name: p for p in sorted(root.iterdir())
+             if p.is_dir() and (p / "trials").is_dir() and not p.name.startswith((".", "_"))}
+    if not found:
+        raise StoreError(f"{root}: no results (expected {root}/<study>/trials/*.parquet)")
+    return found
+
+
+def _files(folder: Path) -> list[Path]:
+    # the runner writes temp names and renames; hidden or temporary files are not results
+    return sorted(p for p in folder.glob("*.parquet")
+                  if p.is_file() and not p.name.startswith((".", "_")))
+
+
+def _fragments(files: list[Path], required: tuple[str, ...], what: str):
+    fmt = ds.ParquetFileFormat(
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+    fs = pa.fs.LocalFileSystem()
+    frags, schemas = [], []
+    for f in files:
+        try:
+            frag = fmt.make_fragment(str(f.resolve()), fs)
+            schema = frag.physical_schema  # parses the footer once; the scan reuses it
+        except (OSError, pa.ArrowException) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise StoreError(f"{f}: not a readable Parquet file ({first})") from None
+        if frag.metadata.num_rows == 0:
+            continue  # an empty file (e.g. a trial whose seeds all failed wrote no curves)
+        missing = [c for c in required if c not in schema.names]
+        if missing:
+            raise StoreError(f"{f}: not an ablate {what} file: missing column(s) "
+                             f"{', '.join(missing)}")
+        frags.append(frag)
+        schemas.append(schema)
+    if not frags:
+        return None
+    try:
+        unified = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowException, TypeError) as e:
+        raise StoreError(f"{files[0].parent}: files disagree on column types ({e})") from None
+    return ds.FileSystemDataset(frags, unified, fmt, fs)
+
+
+def _scan(files: list[Path], required: tuple[str, ...], wanted, what: str) -> pa.Table:
+    """Projected rows of `files`, with the source file in a `_file` column."""
+    dataset = _fragments(files, required, what)
+    if dataset is None:  # only empty files
+        return pa.table({"_file": pa.array([], pa.string())})
+    columns = [c for c in dataset.schema.names if c in wanted or PER_LAYER.match(c)]
+    batches, names = [], []
+    try:
+        for tagged in dataset.scanner(columns=columns).scan_batches():
+            batches.append(tagged.record_batch)
+            names.append((tagged.fragment.path, tagged.record_batch.num_rows))
+    except pa.ArrowException as e:
+        raise StoreError(f"{files[0].parent}: cannot read ({str(e).splitlines()[0]})") from None
+    schema = pa.schema([dataset.schema.field(c) for c in columns])
+    table = pa.Table.from_batches(batches, schema=schema)
+    src = pa.array([n for n, k in names for _ in range(k)], pa.string())
+    return table.append_column("_file", src)
+
+
+def _cache_paths(cache_dir: Path, folder: Path) -> tuple[Path, Path]:
+    key = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:12]
+    stem = f"{folder.parent.name}-{folder.name}-{key}"
+    return cache_dir / f"{stem}.parquet", cache_dir / f"{stem}.json"
+
+
+def _read(folder: Path, files: list[Path], required: tuple[str, ...], wanted: set[str],
+          what: str, cache_dir: Path | None) -> pd.DataFrame:
+    """Rows of `files` (projected); with `cache_dir`, only files new or changed since the
+    last report are read, the others come from a consolidated copy kept in `cache_dir`."""
+    stat = {str(f.resolve()): f.stat() for f in files}
+    sig = {p: [st.st_size, st.st_mtime_ns] for p, st in stat.items()}
+    spec = {"version": CACHE_VERSION, "wanted": sorted(wanted), "per_layer": PER_LAYER.pattern}
+    cached, reuse, cached_files = None, set(), set()
+    if cache_dir is not None:
+        table_p, manifest_p = _cache_paths(cache_dir, folder)
+        try:
+            manifest = json.loads(manifest_p.read_text())
+            if manifest["spec"] == spec:
+                cached = pq.read_table(table_p)
+                if cached.num_rows != manifest["rows"]:
+                    raise ValueError("stale cache")
+                cached_files = set(manifest["files"])
+                reuse = {p for p, v in manifest["files"].items() if sig.get(p) == v}
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            cached, reuse, cached_files = None, set(), set()
+    todo = [f for f in files if str(f.resolve()) not in reuse]
+    parts = []
+    if cached is not None and reuse:
+        parts.append(cached.filter(pc.is_in(cached["_file"], value_set=pa.array(sorted(reuse)))))
+    if todo:
+        parts.append(_scan([Path(p) for p in sorted(str(f.resolve()) for f in todo)], required,
+                           wanted, what))
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+    if cache_dir is not None and (todo or cached is None or reuse != cached_files):
+        _write_cache(cache_dir, folder, table, {"spec": spec, "rows": table.num_rows,
+                                                "files": sig})
+    df = table.to_pandas()
+    df = df.sort_values("_file", kind="stable").drop(columns="_file").reset_index(drop=True)
+    return df
+
+
+def _write_cache(cache_dir: Path, folder: Path, table: pa.Table, manifest: dict) -> None:
+    table_p, manifest_p = _cache_paths(cache_dir, folder)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = table_p.with_name(table_p.name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, table_p)
+        tmp = manifest_p.with_name(manifest_p.name + ".tmp")
+        tmp.write_text(json.dumps(manifest))
+        os.replace(tmp, manifest_p)
+    except OSError:
+        pass  # a cache is an optimisation only
+
+
+def _read_plan(folder: Path) -> list[str] | None:
+    for name in PLAN_FILES:
+        p = folder / name
+        if not p.is_file():
+            continue
+        try:
+            if name.endswith(".parquet"):
+                ids = pd.read_parquet(p, columns=["trial_id"])["trial_id"]
+            elif name.endswith(".csv"):
+                ids = pd.read_csv(p, usecols=["trial_id"])["trial_id"]
+            else:
+                obj = json.loads(p.read_text())
+                ids = obj["trial_ids"] if isinstance(obj, dict) else obj
+            return sorted({str(i) for i in ids})
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return None
+    return None
+
+
+def _normalise(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    df = df.copy()
+    if "split" not in df.columns:
+        df["split"] = "test"
+        notes.append("no split column: every row taken as split 'test'")
+    for col, default in (("error", ""), ("attempt", 1)):
+        if col not in df.columns:
+            df[col] = default
+    df["trial_id"] = df["trial_id"].astype(str)
+    df["status"] = df["status"].astype("string").fillna("error").astype(str)
+    df["error"] = df["error"].astype("string").fillna("").astype(str)
+    df["seed"] = pd.to_numeric(df["seed"], errors="coerce").fillna(-1).astype(int)
+    df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").fillna(1).astype(int)
+    for col in ("dataset", "backbone", "pool_layers", "supervision", "selection", "split",
+                "normalizer", "init_dist", "data_params", "seeds", "filters", "extra"):
+        if col in df.columns:
+            df[col] = df[col].astype("string").fillna("").astype(str)
+    if "pool_layers" in df.columns:
+        df["pool_layers"] = df["pool_layers"].str.replace(" ", "", regex=False)
+    n = len(df)
+    df = df.sort_values("attempt", kind="stable").drop_duplicates(
+        ["trial_id", "seed", "split"], keep="last")
+    if len(df) < n:
+        notes.append(f"{n - len(df)} row(s) of earlier attempts superseded by retries")
+    return df.reset_index(drop=True)
+
+
+def load_study(name: str, path: str | Path, cache_dir: str | Path | None = None) -> Study:
+    """Read one study folder (trials/ and, when present, curves/); see `_read` for the cache."""
+    cache = Path(cache_dir) if cache_dir is not None else None
+    path = Path(path)
+    files = _files(path / "trials")
+    if not files:
+        raise StoreError(f"{path / 'trials'}: no result files (*.parquet)")
+    notes: list[str] = []
+    wanted = set(IDENTITY) | set(AXES) | set(METRICS) | set(COST)
+    raw = _read(path / "trials", files, TRIAL_REQUIRED, wanted, "trial", cache)
+    if raw.empty:
+        raise StoreError(f"{path / 'trials'}: the result files hold no rows")
+    trials = _normalise(raw, notes)
+    curve_files = _files(path / "curves") if (path / "curves").is_dir() else []
+    curves = _read(path / "curves", curve_files, CURVE_REQUIRED, set(CURVE_COLUMNS),
+                   "curves", cache) if curve_files else pd.DataFrame()
+    if not curves.empty:
+        if "trial_id" not in curves.columns:
+            curves["trial_id"] = ""
+            notes.append("curves have no trial_id column: not matched to trials")
+        curves["trial_id"] = curves["trial_id"].astype(str)
+        curves["seed"] = pd.to_numeric(curves["seed"], errors="coerce").fillna(-1).astype(int)
+    else:
+        curves = pd.DataFrame(columns=list(CURVE_COLUMNS))
+    failed = 0
+    if (path / "failures.jsonl").is_file():
+        try:
+            with open(path / "failures.jsonl", "rb") as f:
+                failed = sum(1 for line in f if line.strip())
+        except OSError:
+            pass
+    return Study(name, path, trials, curves, len(files), _read_plan(path), notes, failed)
+
+
+def load_store(results_dir: str | Path, studies: list[str] | None = None,
+               cache_dir: str | Path | None = None) -> list[Study]:
+    """Every study under `results_dir` (or only `studies`), read-only. `cache_dir` (outside
+    the store) keeps a consolidated copy so that later calls read only new files."""
+    found = find_studies(results_dir)
+    if studies:
+        unknown = [s for s in studies if s not in found]
+        if unknown:
+            raise StoreError(f"unknown study {', '.join(unknown)} in {results_dir}; "
+                             f"available: {', '.join(found)}")
+        found = {s: found[s] for s in studies}
+    return [load_study(name, p, cache_dir) for name, p in found.items()]
+
+
+def layer_columns(df: pd.DataFrame, kind: str) -> list[str]:
+    """The per-layer columns of `kind` ('attn_auc' or 'ratio_kept') in layer order."""
+    cols = [(int(m.group(2)), c) for c in df.columns
+            if (m := PER_LAYER.match(c)) and m.group(1) == kind]
+    return [c for _, c in sorted(cols)]

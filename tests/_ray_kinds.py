@@ -1,0 +1,73 @@
+"""Trial kinds for the Ray tests, imported by Ray workers through PYTHONPATH.
+
+`faulty_trial` wraps the real graph trainer and injects the fault named by the
+config's ``+fault`` axis: ``raise`` / ``raise_once`` (an exception),
+``nan`` / ``nan_once`` (the training loss becomes NaN, so the trainer's own NaN
+path records status 'nan'), ``exit_once`` (the worker process dies). ``*_once``
+faults fire on the first attempt only (a marker file in ``+marker_dir``).
+`barrier_trial` waits until ``+parties`` trials have started at the same time
+(marker files in ``+marker_dir``), proving they run concurrently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def _extra(cfg) -> dict:
+    return dict(cfg.extra)
+
+
+def _first_attempt(cfg, marker_dir: str) -> bool:
+    key = hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
+    marker = Path(marker_dir) / f"fault-{key}"
+    if marker.exists():
+        return False
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    return True
+
+
+def faulty_trial(cfg):
+    import ablate.train as train
+
+    extra = _extra(cfg)
+    fault = extra.get("fault", "")
+    once = fault.endswith("_once")
+    if fault and (not once or _first_attempt(cfg, extra["marker_dir"])):
+        if fault.startswith("raise"):
+            raise RuntimeError("injected fault")
+        if fault.startswith("exit"):
+            os._exit(3)
+        if fault.startswith("nan"):
+            original = train.task_loss
+            train.task_loss = lambda out, y, reg: original(out, y, reg) * float("nan")
+            try:
+                return train.run_trial_full(cfg)
+            finally:
+                train.task_loss = original
+    return train.run_trial_full(cfg)
+
+
+def barrier_trial(cfg):
+    """Wait (up to 120 s) until `parties` trials are inside this function at once."""
+    import ray
+
+    extra = _extra(cfg)
+    folder = Path(extra["marker_dir"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"started-{cfg.seeds[0]}").touch()
+    deadline = time.time() + 120
+    while len(list(folder.glob("started-*"))) < int(extra["parties"]):
+        if time.time() > deadline:
+            raise TimeoutError("the other trials never ran at the same time")
+        time.sleep(0.05)
+    gpu = ",".join(str(g) for g in ray.get_gpu_ids())
+    rec = {"seed": cfg.seeds[0], "split": "val", "status": "ok", "error": "",
+           "accuracy": 1.0, "visible_gpu": gpu,
+           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    return SimpleNamespace(records=[rec], curves=[])

@@ -1,0 +1,131 @@
+"""Parquet result store: atomic writes, completion scan, foreign/corrupt files rejected untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ablate.store import Store, StoreError, atomic_write, read_curves, read_trials
+
+
+def _rows(status="ok", seeds=(0, 1), splits=("val", "test_orig")):
+    return [{"seed": s, "split": sp, "status": status, "error": "" if status == "ok" else "boom",
+             "dataset": "colors", "threshold": 0.03, "accuracy": 0.5, "attn_auc_l0": 0.9}
+            for s in seeds for sp in splits]
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_write_read_roundtrip_and_layout(tmp_path):
+    store = Store(tmp_path, "s1")
+    curves = [{"seed": 0, "epoch": e, "train_loss": 1.0 / e} for e in (1, 2)]
+    path = store.write("abc123abc123", _rows(), curves, {"attempt": 1, "ray_version": "x"})
+    assert path == tmp_path / "s1" / "trials" / "abc123abc123.parquet"
+    assert (tmp_path / "s1" / "curves" / "abc123abc123.parquet").exists()
+    df = read_trials(tmp_path, "s1")
+    assert len(df) == 4
+    assert list(df.columns[:7]) == ["study", "trial_id", "seed", "split", "status", "error",
+                                    "attempt"]
+    assert set(df.study) == {"s1"} and set(df.trial_id) == {"abc123abc123"}
+    cur = read_curves(tmp_path, "s1")
+    assert list(cur.epoch) == [1, 2] and set(cur.attempt) == {1}
+    assert store.scan() == {"abc123abc123": "ok"}
+    assert not [p for p in (tmp_path / "s1").rglob("*.tmp")]
+
+
+def test_completed_needs_every_row_ok_and_rewrite_replaces(tmp_path):
+    store = Store(tmp_path, "s")
+    rows = _rows()
+    rows[-1]["status"] = "nan"
+    store.write("t1", rows, extra={"attempt": 1})
+    store.write("t2", _rows(), extra={"attempt": 1})
+    assert store.scan() == {"t1": "nan", "t2": "ok"}
+    assert store.completed() == {"t2"}
+    store.write("t1", _rows(), extra={"attempt": 2})  # a successful retry replaces the rows
+    assert store.completed() == {"t1", "t2"}
+    df = read_trials(tmp_path)
+    assert len(df) == 8 and set(df[df.trial_id == "t1"].attempt) == {2}
+
+
+def test_bad_status_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="status"):
+        Store(tmp_path, "s").write("t", _rows(status="weird"))
+
+
+@pytest.mark.parametrize("kind", ["foreign", "corrupt", "empty", "wrong_id"])
+def test_foreign_or_corrupt_files_are_rejected_and_left_alone(tmp_path, kind):
+    store = Store(tmp_path, "s")
+    store.write("good", _rows(), extra={"attempt": 1})
+    bad = store.trials_dir / ("other.parquet" if kind != "wrong_id" else "zzz.parquet")
+    if kind == "foreign":
+        pq.write_table(pa.table({"a": [1, 2]}), bad)
+    elif kind == "corrupt":
+        data = (store.trials_dir / "good.parquet").read_bytes()
+        bad.write_bytes(data[: len(data) // 2])
+    elif kind == "empty":
+        bad.write_bytes(b"")
+    else:
+        (store.trials_dir / "good.parquet").rename(bad)
+    before = {p.name: _digest(p) for p in store.trials_dir.iterdir()}
+    with pytest.raises(StoreError) as e:
+        store.scan()
+    msg = str(e.value)
+    assert "\n" not in msg and bad.name in msg and "results_dir=" in msg
+    assert {p.name: _digest(p) for p in store.trials_dir.iterdir()} == before
+
+
+def test_atomic_write_never_leaves_a_torn_file(tmp_path, monkeypatch):
+    path = tmp_path / "x.parquet"
+    atomic_write(pa.table({"a": [1]}), path)
+    original = pq.write_table
+
+    def crash(table, where, **kw):
+        original(table, where, **kw)
+        raise KeyboardInterrupt  # as if killed mid-write
+
+    monkeypatch.setattr(pq, "write_table", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(pa.table({"a": [2, 3]}), path)
+    assert pq.read_table(path).column("a").to_pylist() == [1]
+    assert os.listdir(tmp_path) == ["x.parquet"]
+
+
+def test_clean_temp_and_lock(tmp_path):
+    store = Store(tmp_path, "s")
+    store.write("t", _rows())
+    old = store.trials_dir / ".t.parquet.123.abcd.tmp"
+    new = store.trials_dir / ".u.parquet.123.abcd.tmp"
+    old.write_bytes(b"x")
+    new.write_bytes(b"x")
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    assert store.clean_temp() == 1
+    assert not old.exists() and new.exists()
+    assert store.completed() == {"t"}  # temp files are never read as results
+    store.lock()
+    other = Store(tmp_path, "s")
+    with pytest.raises(StoreError, match="another run"):
+        other.lock()
+    store.unlock()
+    other.lock()
+    other.unlock()
+
+
+def test_read_all_studies_unions_columns(tmp_path):
+    Store(tmp_path, "a").write("t1", _rows())
+    rows = _rows()
+    for r in rows:
+        r["ratio_kept_l1"] = 0.5
+    Store(tmp_path, "b").write("t2", rows)
+    df = read_trials(tmp_path)
+    assert set(df.study) == {"a", "b"} and len(df) == 8
+    assert df.ratio_kept_l1.isna().sum() == 4
+    assert isinstance(df, pd.DataFrame)
