@@ -143,8 +143,9 @@ class GraphLayer(nn.Module):
         x = self.dropout(x)
         lin = self.mlp[0]  # Linear(K*C, H): block k of its weight acts on the term T_k X
         H = lin.out_features
-        w = lin.weight.view(H, self.K, C).permute(1, 2, 0)  # (K, C, H) = W_k for every k
-        y = torch.matmul(x.unsqueeze(1), w).view(B, self.K * N, H)  # (B, K*N, H) rows k*N+j
+        w = lin.weight.view(H, self.K, C).permute(2, 1, 0).reshape(C, self.K * H)  # [W_0 .. W_K-1]
+        y = (x @ w).view(B, N, self.K, H)  # one GEMM for every term: (B, N, K, H)
+        y = y.transpose(1, 2).reshape(B, self.K * N, H)  # (B, K*N, H), rows k*N + j
         P = graph.operator(self.K, self.aggregation == "sum")  # (B, N, K*N)
         h = torch.baddbmm(lin.bias.view(1, 1, H), P, y)  # (B, N, H) = sum_k T_k X W_k + b
         for m in self.mlp[1:]:
