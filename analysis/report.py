@@ -50,6 +50,7 @@ class Context:
     figures_dir: Path
     n_boot: int = stats.N_BOOT
     figures: bool = True
+    jobs: int = 1  # processes drawing figures
 
 
 @dataclass
@@ -84,13 +85,17 @@ def _timed(name: str):
         LAST_TIMINGS[name] = LAST_TIMINGS.get(name, 0.0) + time.perf_counter() - t0
 
 
-def register_section(name: str, rows: Callable[[pd.DataFrame], pd.Series]):
+SectionFn = Callable[["Context"], "Section"]
+
+
+def register_section(name: str, rows: Callable[[pd.DataFrame], pd.Series]
+                     ) -> Callable[[SectionFn], SectionFn]:
     """Register a section builder for the rows `rows(df)` selects (a boolean Series).
 
     Used as a decorator: `@register_section("sdc", lambda df: df.dataset.str.startswith("sdc"))`.
     Sections run in registration order; one whose rows are empty is skipped.
     """
-    def deco(fn: Callable[[Context], Section]) -> Callable[[Context], Section]:
+    def deco(fn: SectionFn) -> SectionFn:
         SECTIONS[name] = SectionSpec(name, rows, fn)
         return fn
     return deco
@@ -140,7 +145,7 @@ def gnn_section(ctx: Context) -> Section:
         variants = _variant_order(ok)
         with _timed("figures"):
             sec.figures = all_figures(ok, ctx.study.curves, ctx.figures_dir, ctx.study.name,
-                                      variants)
+                                      variants, jobs=ctx.jobs)
     info = {f.name: f.info for f in sec.figures}
     sec.findings = findings(cells, info)
     if cells.empty:
@@ -333,7 +338,8 @@ class StudyReport:
     rows_missing: list[str]
 
 
-def build_study(study: Study, out: Path, n_boot: int, figures: bool) -> StudyReport:
+def build_study(study: Study, out: Path, n_boot: int, figures: bool,
+                jobs: int = 1) -> StudyReport:
     """Every applicable section of one study, tables and figures written under `out`."""
     with _timed("overview"):
         ov = overview(study)
@@ -354,7 +360,8 @@ def build_study(study: Study, out: Path, n_boot: int, figures: bool) -> StudyRep
             ok = add_rows(ok, axes)
             rows = row_order(ok)
             rows_missing += _rows_missing_seeds(ok)
-        ctx = Context(study, ok, axes, rows, out / "tables", out / "figures", n_boot, figures)
+        ctx = Context(study, ok, axes, rows, out / "tables", out / "figures", n_boot, figures,
+                      jobs)
         sec = spec.build(ctx)
         with _timed("write tables"):
             for t in sec.tables:
@@ -504,11 +511,12 @@ def _summary(reports: list[StudyReport]) -> dict:
 
 def write_report(results_dir: str | Path, out: str | Path = "report",
                  studies: list[str] | None = None, n_boot: int = stats.N_BOOT,
-                 figures: bool = True, cache: bool = True) -> dict:
+                 figures: bool = True, cache: bool = True, jobs: int = 1) -> dict:
     """Read the store, write every output under `out`; returns the summary (also JSON).
 
     With `cache`, `out/.cache/` keeps a consolidated copy of the rows read, so that the
-    next report on a growing study reads only the new trial files."""
+    next report on a growing study reads only the new trial files. `jobs` > 1 draws the
+    figures in that many forked processes (worth it on an idle multi-core machine only)."""
     t0 = time.perf_counter()
     LAST_TIMINGS.clear()
     results_dir, out = Path(results_dir), Path(out)
@@ -518,7 +526,7 @@ def write_report(results_dir: str | Path, out: str | Path = "report",
     with _timed("load"):
         loaded = load_store(results_dir, studies, out / ".cache" if cache else None)
     out.mkdir(parents=True, exist_ok=True)
-    reports = [build_study(s, out, n_boot, figures) for s in loaded]
+    reports = [build_study(s, out, n_boot, figures, jobs) for s in loaded]
     elapsed = time.perf_counter() - t0
     with _timed("write report"):
         (out / "report.md").write_text(render_markdown(reports, results_dir, out, elapsed),
@@ -543,13 +551,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="report", help="output folder (default: ./report)")
     p.add_argument("--n-boot", type=int, default=stats.N_BOOT, help="bootstrap resamples")
     p.add_argument("--no-figures", action="store_true", help="tables and report only")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes drawing figures (default 1; more helps on idle multi-core "
+                   "machines)")
     p.add_argument("--no-cache", action="store_true",
                    help="read every file (default: reuse OUT/.cache for unchanged files)")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     try:
         summary = write_report(a.results_dir, a.out, a.study, a.n_boot, not a.no_figures,
-                               not a.no_cache)
+                               not a.no_cache, a.jobs)
     except StoreError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -94,7 +94,7 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def report(store, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("report")
-    return out, write_report(store, out)
+    return out, write_report(store, out, jobs=2)  # figures drawn by two forked processes
 
 
 def _cell(out: Path, row: str, column: str) -> pd.Series:
