@@ -464,7 +464,8 @@ GT_MASS_CAPTION = ("Fraction of graphs whose ground-truth nodes receive attentio
 
 
 def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
-            caption: str = GT_MASS_CAPTION, ylabel: str = "graphs with GT mass ≥ t") -> list[Figure]:
+            caption: str = GT_MASS_CAPTION, ylabel: str = "graphs with GT mass ≥ t",
+            legend: str = "variant") -> list[Figure]:
     """Fraction of graphs whose ground-truth nodes get attention mass >= t, vs t."""
     if "gt_mass_curve" not in ok.columns:
         return []
@@ -513,7 +514,7 @@ def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
                 ax.set_xlabel("attention mass threshold t")
                 ax.set_ylabel(ylabel if j == 0 else "")
                 ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-        _legend(fig, {v: handles[v] for v in hue if v in handles}, "variant")
+        _legend(fig, {v: handles[v] for v in hue if v in handles}, legend)
         png, svg = _save(fig, out, f"{study}__gt_mass")
     return [Figure("gt_mass", caption, png, svg)]
 

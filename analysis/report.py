@@ -196,7 +196,7 @@ def sdc_section(ctx: Context) -> Section:
                 ok, ctx.figures_dir, stem, order,
                 caption="Fraction of test mosaics whose foreground segment receives attention "
                 "≥ t, median and interquartile band over runs (Figure 6 of Pandey et al.).",
-                ylabel="mosaics with α_fg ≥ t")
+                ylabel="mosaics with α_fg ≥ t", legend="normalizer")
             sec.figures += sdc_dynamics(ok, ctx.study.curves, ctx.figures_dir, stem, order)
     return sec
 
