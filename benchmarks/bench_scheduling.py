@@ -63,14 +63,17 @@ def run_runner(study, workdir: Path) -> dict:
     from ablate.store import read_trials
 
     os.environ["ABLATE_CACHE"] = str(workdir / "cache-runner")  # built once, by the driver
-    t0 = time.perf_counter()
+    t0, t_wall0 = time.perf_counter(), time.time()
     s = run_study(study, workdir / "results", progress="none")
     wall = time.perf_counter() - t0
     assert s.exit_code == 0, s.line()
     df = read_trials(workdir / "results", study.name).drop_duplicates("trial_id")
     return {"mode": "runner", "ray_trials": len(study.trials),
             "seed_runs": sum(len(t.config.seeds) for t in study.trials), "wall_s": wall,
-            "compute_s": float(df.trial_s.sum()), "cores": _cores(1)}
+            "compute_s": float(df.trial_s.sum()), "cores": _cores(1),
+            "phases": {k: round(v, 1) for k, v in s.timings.items()},
+            "first_trial_start_s": float(df.started_at.min() - t_wall0),
+            "last_trial_end_s": float(df.finished_at.max() - t_wall0)}
 
 
 def _naive_trainable(config: dict) -> None:
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{load0[0]:.1f} before, {load1[0]:.1f} after")
     print(table(rows))
     r = rows[0]
+    print(f"# runner phases (s): {r['phases']}; first trial started at "
+          f"{r['first_trial_start_s']:.1f} s, last one ended at {r['last_trial_end_s']:.1f} s")
     overhead = 1 - r["compute_s"] / r["cores"] / r["wall_s"]
     verdict = [f"runner overhead {100 * overhead:.1f} % (target <= 15 %)"]
     if len(rows) > 1:

@@ -71,3 +71,26 @@ def barrier_trial(cfg):
            "accuracy": 1.0, "visible_gpu": gpu,
            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
     return SimpleNamespace(records=[rec], curves=[])
+
+
+def held_trial(cfg):
+    """The graph trainer, but held (up to 300 s) on the node named in ``+marker_dir``/hold.
+
+    Each trial first touches ``running-<node_id>-<seed>``, so a test knows when a trial is
+    in progress on the node it is about to kill.
+    """
+    import ray
+
+    import ablate.train as train
+
+    folder = Path(_extra(cfg)["marker_dir"])
+    folder.mkdir(parents=True, exist_ok=True)
+    node = ray.get_runtime_context().get_node_id()
+    (folder / f"running-{node}-{cfg.seeds[0]}").touch()
+    hold = folder / "hold"
+    deadline = time.time() + 300
+    while hold.exists() and hold.read_text() == node:
+        if time.time() > deadline:
+            raise TimeoutError("the held node was never removed")
+        time.sleep(0.05)
+    return train.run_trial_full(cfg)

@@ -25,7 +25,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from ablate.execution import gpus_per_trial, run_study  # noqa: E402
+from ablate.execution import gpus_per_trial, run_study, start_ray  # noqa: E402
 from ablate.store import FAILURES, Store, read_trials  # noqa: E402
 from ablate.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
 
@@ -43,6 +43,8 @@ def env(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.setitem(TRIAL_KINDS, "faulty", TrialKind(
         "ablate.config:TrialConfig", "_ray_kinds:faulty_trial", "ablate.config:resolve"))
+    monkeypatch.setitem(TRIAL_KINDS, "held", TrialKind(
+        "ablate.config:TrialConfig", "_ray_kinds:held_trial", "ablate.config:resolve"))
     monkeypatch.setitem(TRIAL_KINDS, "barrier", TrialKind(
         "ablate.config:TrialConfig", "_ray_kinds:barrier_trial", None, datasets=False))
     yield tmp_path
@@ -79,6 +81,7 @@ def test_nan_and_raising_trials_are_recorded_retried_and_reported(env):
                    grid={"+fault": ["", "raise", "nan", "raise_once"]}, gpus_per_trial=0)
     fault = {dict(t.config.extra)["fault"]: t.trial_id for t in study.trials}
     out = io.StringIO()
+    start_ray(None)  # one embedded Ray for both runs below (run_study keeps a running one)
     s = run_study(study, env / "results", progress="lines", stream=out)
 
     assert s.exit_code == 1 and s.ok == 2 and s.skipped == 0 and not s.remaining
@@ -114,8 +117,12 @@ def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env):
     worker = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     try:
-        study = _study("nodes", fixed={"epochs": 20}, seeds=range(8), max_failures=2,
-                       data={**TINY, "n_train": 80}, gpus_per_trial=0)
+        markers = env / "markers"
+        markers.mkdir()
+        (markers / "hold").write_text(worker.node_id)  # trials on the worker wait to be killed
+        study = _study("nodes", kind="held", fixed={"epochs": 20, "+marker_dir": str(markers)},
+                       seeds=range(8), max_failures=2, data={**TINY, "n_train": 80},
+                       gpus_per_trial=0)
         results = env / "results"
         box = {}
         driver = threading.Thread(target=lambda: box.update(s=run_study(
@@ -123,15 +130,10 @@ def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env):
         driver.start()
         store = Store(results, "nodes")
         deadline = time.time() + 180
-        while time.time() < deadline:  # wait for the worker node to finish one trial
-            ids = {p.stem for p in store.trial_files()}
-            df = read_trials(results, "nodes") if ids else None
-            if df is not None and (df.node_id == worker.node_id).any():
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the worker node never finished a trial")
-        time.sleep(0.3)  # its actor is now inside its next trial
+        while not list(markers.glob(f"running-{worker.node_id}-*")):  # a trial on the worker
+            if time.time() > deadline:
+                pytest.fail("no trial ever ran on the worker node")
+            time.sleep(0.05)
         n_before = len(store.trial_files())
         cluster.remove_node(worker, allow_graceful=False)
         driver.join(timeout=300)
