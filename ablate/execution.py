@@ -319,6 +319,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
     store.lock()
     try:
         store.clean_temp()
+        store.write_plan([t.trial_id for t in study.trials])
         status = store.scan()
         todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
         summary.skipped = len(study.trials) - len(todo)

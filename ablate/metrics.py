@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
+from scipy.stats import rankdata
 from torch import Tensor
 
 
@@ -30,11 +30,18 @@ def accuracy(pred, y) -> float:
 
 
 def attention_auc(alpha, gt) -> float:
-    """ROC AUC of alpha against (gt > 0), pooled over all given nodes (SPEC §4); NaN if undefined."""
+    """ROC AUC of alpha against (gt > 0), pooled over all given nodes (SPEC §4); NaN if undefined.
+
+    Computed as the Mann-Whitney statistic with tied scores counted 1/2, which is the
+    trapezoidal ROC AUC of `sklearn.metrics.roc_auc_score` (several times faster here).
+    """
     alpha, labels = _np(alpha).ravel(), _np(gt).ravel() > 0
     if labels.all() or not labels.any():
         return math.nan
-    return float(roc_auc_score(labels, alpha))
+    ranks = rankdata(alpha.astype(np.float64), method="average")
+    n_pos = int(labels.sum())
+    n_neg = len(labels) - n_pos
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
 def ratio_kept(mask_before, mask_after) -> np.ndarray:

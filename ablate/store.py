@@ -39,6 +39,9 @@ CURVE_KEYS = ("study", "trial_id", "attempt", "seed", "epoch")
 _TMP = re.compile(r"^\..+\.tmp$")
 
 
+PLAN = "plan.json"  # trial ids planned by the latest run of the study
+
+
 class StoreError(ConfigError):
     """The result store holds something this program did not write, or is busy."""
 
@@ -98,6 +101,19 @@ class Store:
                 raise ValueError(f"status must be one of {STATUSES}, got {r.get('status')!r}")
             r.setdefault("error", "")
         return atomic_write(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
+
+    def write_plan(self, trial_ids: list[str]) -> Path:
+        """Record the trial ids the current run plans (plan.json), so a report lists missing ones.
+
+        Written atomically at the start of every run; it names the latest run's plan.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / PLAN
+        tmp = self.dir / f".{PLAN}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp.write_text(json.dumps({"study": self.study, "written_at": now_iso(),
+                                   "trial_ids": list(trial_ids)}, indent=1))
+        os.replace(tmp, path)
+        return path
 
     def log_failure(self, entry: dict) -> None:
         """Append one failed attempt to failures.jsonl (history; the trial file holds the latest)."""

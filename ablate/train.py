@@ -67,10 +67,14 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, regression: bool) -> torch.Ten
     return F.mse_loss(out, y.to(out.dtype)) if regression else F.cross_entropy(out, y)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrialConfig):
-    """Adam with the reference betas and weight decay, and its step LR schedule (SPEC §3)."""
+def make_optimizer(model: torch.nn.Module | list[torch.Tensor], cfg: TrialConfig):
+    """Adam with the reference betas and weight decay, and its step LR schedule (SPEC §3).
+
+    `model` is a module or a list of parameter tensors (the stacked seeds of `ablate.batched`).
+    """
+    params = model.parameters() if isinstance(model, torch.nn.Module) else model
     # the fused kernel is 2x faster per step than the default loop on CPU for these tiny models
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.5, 0.999),
+    opt = torch.optim.Adam(params, lr=cfg.lr, betas=(0.5, 0.999),
                            weight_decay=cfg.weight_decay, fused=True)
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(cfg.lr_decay_epochs), gamma=0.1)
     return opt, sched
@@ -112,6 +116,16 @@ def fit(model: GraphNet, cfg: TrialConfig, train: TrainBatches, seed: int,
 def evaluate(model: GraphNet, batches, cfg: TrialConfig, loo: bool = False) -> dict:
     """Accuracy, loss, attention AUC / ratio kept per pooling layer, FT, by-size accuracy."""
     model.eval()
+    outputs = ((b, model(b.x, Graph(b.A, b.mask), b.gt)) for _, b in batches)
+    loo_alpha = (lambda b: weak_attention(leave_one_out_batch(model, b), b.mask)) if loo else None
+    return summarize(outputs, cfg, model.regression, loo_alpha)
+
+
+def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> dict:
+    """The record of `evaluate` from (DenseBatch, NetOutput) pairs of one model over a split.
+
+    `loo_alpha(batch)` gives leave-one-out attention (models without pooling), or None.
+    """
     n_pools = len(cfg.pool_layers)
     preds, ys, sizes, losses = [], [], [], []
     alphas = [[] for _ in range(max(n_pools, 1))]
@@ -119,10 +133,9 @@ def evaluate(model: GraphNet, batches, cfg: TrialConfig, loo: bool = False) -> d
     kept = [[] for _ in range(n_pools)]
     ft_hit = ft_total = 0
     masses = []
-    for _, b in batches:
-        o = model(b.x, Graph(b.A, b.mask), b.gt)
-        losses.append(float(task_loss(o.out, b.y, model.regression)) * len(b))
-        preds.append(metrics.predictions(o.out, model.regression).cpu())
+    for b, o in outputs:
+        losses.append(float(task_loss(o.out, b.y, regression)) * len(b))
+        preds.append(metrics.predictions(o.out, regression).cpu())
         ys.append(b.y.cpu())
         sizes.append(b.n_nodes.cpu())
         if n_pools:
@@ -132,8 +145,8 @@ def evaluate(model: GraphNet, batches, cfg: TrialConfig, loo: bool = False) -> d
                 alphas[layer].append(p.alpha[m].cpu())
                 gts[layer].append(p.gt[m].cpu())
                 kept[layer].append(torch.from_numpy(metrics.ratio_kept(m, p.graph.mask)))
-        elif loo:
-            alpha = weak_attention(leave_one_out_batch(model, b), b.mask)
+        elif loo_alpha is not None:
+            alpha = loo_alpha(b)
             firsts = [(alpha, b.gt, b.mask)]
             alphas[0].append(alpha[b.mask].cpu())
             gts[0].append(b.gt[b.mask].cpu())
@@ -287,14 +300,25 @@ def run_trial_full(config: TrialConfig) -> TrialResult:
     device = pick_device(cfg.device)
     common = {**axes(cfg), **_provenance(cfg, data_hash)}
     out = TrialResult()
-    for seed in cfg.seeds:
-        try:
-            res = run_seed(cfg, splits, seed, device)
-        except NaNLoss as e:
-            res = TrialResult([{"seed": seed, "split": s, "status": "nan", "error": str(e)}
+    from ablate import batched  # imports this module
+
+    # eligible configs train all their seeds as one vmapped model (ablate/batched.py)
+    together = batched.eligible(cfg, device)
+    results = batched.run_seeds_batched(cfg, splits, device) if together else [None] * len(cfg.seeds)
+    for seed, got in zip(cfg.seeds, results):
+        if isinstance(got, str):  # a batched seed whose training loss became non-finite
+            res = TrialResult([{"seed": seed, "split": s, "status": "nan", "error": got}
                                for s in splits if s != "train"], [])
+        elif got is not None:
+            res = TrialResult(*got)
+        else:
+            try:
+                res = run_seed(cfg, splits, seed, device)
+            except NaNLoss as e:
+                res = TrialResult([{"seed": seed, "split": s, "status": "nan", "error": str(e)}
+                                   for s in splits if s != "train"], [])
         for r in res.records:
-            out.records.append({**common, **r})
+            out.records.append({**common, **r, "batched_seeds": len(cfg.seeds) if together else 1})
         out.curves.extend(res.curves)
     return out
 

@@ -4,6 +4,8 @@ Knyazev et al. (2019, §3.2): train model B with global pooling, then
 alpha_WS_i is proportional to |y(G without node i) - y(G)| on the predicted
 class. All N node removals of a graph run as one batch: copy (b, i) is graph
 b under a mask without node i, which is exactly the induced subgraph G - i.
+Global-pool models without pooling, K <= 2 and a sum/mean readout take the exact
+incremental path of `ablate.local_loo` instead (only rows near i are recomputed).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch import Tensor
 
 from ablate.batching import DenseBatch, eval_batches
 from ablate.data.graphs import GraphSet
+from ablate.local_loo import loo_outputs, supports_local_loo
 from ablate.models.layers import Graph
 
 
@@ -28,7 +31,34 @@ def _scores(out: Tensor, regression: bool, cls: Tensor | None) -> tuple[Tensor, 
 
 
 def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = 16_000_000) -> Tensor:
-    """|y(G - i) - y(G)| for every node i of every graph, batched. (B, N) -> (B, N), 0 on padding."""
+    """|y(G - i) - y(G)| for every node i of every graph, batched. (B, N) -> (B, N), 0 on padding.
+
+    Uses the incremental `ablate.local_loo` when `supports_local_loo(model)`, else the dense
+    path (`leave_one_out_dense`, whose chunks hold at most `chunk_entries` adjacency entries).
+    """
+    if supports_local_loo(model):
+        return leave_one_out_local(model, batch)
+    return leave_one_out_dense(model, batch, chunk_entries)
+
+
+def leave_one_out_local(model, batch: DenseBatch) -> Tensor:
+    """`leave_one_out_batch` by incremental recomputation (`ablate.local_loo`). (B, N) -> (B, N)."""
+    B, N = batch.mask.shape
+    regression = getattr(model, "regression", True)
+    out, loo = loo_outputs(model, batch)  # (B, O), (B, N, O)
+    if regression:
+        out, loo = out.squeeze(-1), loo.squeeze(-1)
+    full, cls = _scores(out, regression, None)  # (B,)
+    y_loo, _ = _scores(loo.reshape(B * N, *loo.shape[2:]), regression, cls.repeat_interleave(N))
+    diff = (y_loo.view(B, N) - full.unsqueeze(1)).abs()
+    return diff * batch.mask.to(diff.dtype)
+
+
+def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_000) -> Tensor:
+    """|y(G - i) - y(G)| from N masked copies of every graph run through the dense model.
+
+    Any model; cost ~ N^3 per graph. Shapes: (B, N) -> (B, N), 0 on padding.
+    """
     B, N, C = batch.x.shape
     regression = getattr(model, "regression", True)
     graph = Graph(batch.A, batch.mask)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -133,6 +134,8 @@ def test_smoke_study_end_to_end_then_rerun_skips(tmp_path):
     assert tri.attn_auc_l1.notna().all() and tri.ratio_kept_l1.notna().all()
     curves = read_curves(tmp_path / "r", "smoke")
     assert set(curves.trial_id) == set(df.trial_id) and curves.epoch.max() == 3
+    plan = json.loads((tmp_path / "r" / "smoke" / "plan.json").read_text())
+    assert sorted(plan["trial_ids"]) == sorted(df.trial_id.unique())
 
     t0 = time.time()
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -129,3 +129,15 @@ def test_read_all_studies_unions_columns(tmp_path):
     assert set(df.study) == {"a", "b"} and len(df) == 8
     assert df.ratio_kept_l1.isna().sum() == 4
     assert isinstance(df, pd.DataFrame)
+
+
+def test_plan_lists_trials_the_report_finds_missing(tmp_path):
+    from analysis.load import load_study
+
+    store = Store(tmp_path, "s1")
+    store.write("aaaaaaaaaaaa", _rows())
+    store.write_plan(["aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    assert not [p for p in (tmp_path / "s1").rglob("*.tmp")]
+    study = load_study("s1", tmp_path / "s1")
+    assert study.planned == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    assert set(study.planned) - set(study.trials.trial_id) == {"bbbbbbbbbbbb"}

@@ -143,11 +143,15 @@ class GraphLayer(nn.Module):
         x = self.dropout(x)
         lin = self.mlp[0]  # Linear(K*C, H): block k of its weight acts on the term T_k X
         H = lin.out_features
-        w = lin.weight.view(H, self.K, C).permute(2, 1, 0).reshape(C, self.K * H)  # [W_0 .. W_K-1]
-        y = (x @ w).view(B, N, self.K, H)  # one GEMM for every term: (B, N, K, H)
-        y = y.transpose(1, 2).reshape(B, self.K * N, H)  # (B, K*N, H), rows k*N + j
         P = graph.operator(self.K, self.aggregation == "sum")  # (B, N, K*N)
-        h = torch.baddbmm(lin.bias.view(1, 1, H), P, y)  # (B, N, H) = sum_k T_k X W_k + b
+        if C <= H:  # propagate the narrower input first: [T_0 X .. T_K-1 X] W^T, no copies
+            z = torch.bmm(P.reshape(B, N * self.K, N), x)  # (B, N*K, C), rows i*K + k
+            h = lin(z.reshape(B, N, self.K * C))  # (B, N, H) = sum_k T_k X W_k + b
+        else:  # project first: one GEMM for every term, then one propagation
+            w = lin.weight.view(H, self.K, C).permute(2, 1, 0).reshape(C, self.K * H)  # [W_0 ..]
+            y = (x @ w).view(B, N, self.K, H)  # (B, N, K, H)
+            y = y.transpose(1, 2).reshape(B, self.K * N, H)  # (B, K*N, H), rows k*N + j
+            h = torch.baddbmm(lin.bias.view(1, 1, H), P, y)  # (B, N, H) = sum_k T_k X W_k + b
         for m in self.mlp[1:]:
             h = m(h)
         if self.activation:
