@@ -2,7 +2,7 @@
 
 The models are tiny, so a training step costs per-op overhead rather than
 arithmetic; stacking the S seeds of a trial along a leading dimension and
-running one `vmap`-ed `grad_and_value` step per batch makes S seeds cost
+running one `vmap`-ed forward and one backward per batch makes S seeds cost
 little more than one. Each seed keeps everything `run_seed` gives it:
 
 - its initialisation (`torch.manual_seed(seed); GraphNet(...)`, so `cos_p_init`
@@ -34,7 +34,7 @@ import time
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+from torch.func import functional_call, stack_module_state, vmap
 
 from ablate import metrics
 from ablate.batching import DenseBatch, TrainBatches, collate, eval_batches
@@ -120,7 +120,11 @@ def _trainable(stack: SeedStack, train: TrainBatches, cfg: TrialConfig) -> list[
 
 
 def _make_step(stack: SeedStack, cfg: TrialConfig):
-    """vmap(grad_and_value) of each seed's loss over stacked params and per-seed batches."""
+    """vmap of each seed's loss over stacked params and per-seed batches: (S,) losses.
+
+    `losses.sum().backward()` then gives every seed its own gradient (seeds share no
+    parameters), with plain autograd (torch.func.grad would import TorchDynamo, ~2 s).
+    """
     base, regression, use_gt = stack.base, stack.regression, cfg.supervision != "unsup"
 
     def loss_fn(train_p: dict, fixed_p: dict, x, A, mask, gt, y):
@@ -128,7 +132,7 @@ def _make_step(stack: SeedStack, cfg: TrialConfig):
                                                            gt if use_gt else None))
         return task_loss(o.out, y, regression) + o.reg
 
-    return vmap(grad_and_value(loss_fn))
+    return vmap(loss_fn)
 
 
 def _eval_forward(stack: SeedStack, alive: list[int], batches, cfg: TrialConfig):
@@ -221,7 +225,7 @@ def run_seeds_batched(cfg: TrialConfig, splits: dict[str, GraphSet],
 
     t0 = time.perf_counter()
     names = _trainable(stack, train, cfg)
-    train_p = {k: stack.params[k] for k in names}
+    train_p = {k: stack.params[k].requires_grad_() for k in names}
     fixed_p = {k: v for k, v in stack.params.items() if k not in train_p}
     opt, sched = make_optimizer(list(train_p.values()), cfg)
     step = _make_step(stack, cfg)
@@ -237,9 +241,9 @@ def run_seeds_batched(cfg: TrialConfig, splits: dict[str, GraphSet],
         for s in range(0, perms.shape[1], cfg.batch_size):
             idx = perms[:, s:s + cfg.batch_size]
             b = _gather(train, idx.to(device) if train.dense is not None else idx)
-            grads, loss = step(train_p, fixed_p, b.x, b.A, b.mask, b.gt, b.y)
-            for k, p in train_p.items():
-                p.grad = grads[k]
+            loss = step(train_p, fixed_p, b.x, b.A, b.mask, b.gt, b.y)  # (S,)
+            opt.zero_grad(set_to_none=True)
+            loss.sum().backward()
             opt.step()
             total += loss.detach() * idx.shape[1]
             n += idx.shape[1]

@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 from torch import Tensor
 
 
@@ -38,10 +37,17 @@ def attention_auc(alpha, gt) -> float:
     alpha, labels = _np(alpha).ravel(), _np(gt).ravel() > 0
     if labels.all() or not labels.any():
         return math.nan
-    ranks = rankdata(alpha.astype(np.float64), method="average")
+    ranks = average_ranks(alpha.astype(np.float64))
     n_pos = int(labels.sum())
     n_neg = len(labels) - n_pos
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def average_ranks(a: np.ndarray) -> np.ndarray:
+    """1-based ranks of `a`, tied values sharing the mean of their ranks. (n,) -> (n,)."""
+    _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # rank of the last member of each tie group
+    return (last - (counts - 1) / 2.0)[inverse]
 
 
 def ratio_kept(mask_before, mask_after) -> np.ndarray:

@@ -213,10 +213,10 @@ def _peak_rss_mb() -> float:
 
 
 def _provenance(cfg: TrialConfig, data_hash: str) -> dict:
-    import torch_geometric
+    from importlib.metadata import version
 
     return {"dataset_hash": data_hash, "torch_version": torch.__version__,
-            "pyg_version": torch_geometric.__version__, "host": os.uname().nodename,
+            "pyg_version": version("torch_geometric"), "host": os.uname().nodename,
             "git_sha": _git_sha()}
 
 

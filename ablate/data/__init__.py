@@ -15,8 +15,10 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch_geometric.data import Data
+if TYPE_CHECKING:  # PyG costs ~3 s to import: only where Data objects are made
+    from torch_geometric.data import Data
 
 from ablate.data.cache import cache_path, load_splits, recipe_hash, save_splits
 from ablate.data.graphs import GraphSet

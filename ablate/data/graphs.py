@@ -9,10 +9,13 @@ view promised by `ablate.data.load_dataset`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
+
+if TYPE_CHECKING:  # PyG costs ~3 s to import: only where Data objects are made
+    from torch_geometric.data import Data
 
 
 @dataclass
@@ -41,6 +44,8 @@ class GraphSet:
 
     def graph(self, i: int) -> Data:
         """Graph `i` as a PyG `Data` object."""
+        from torch_geometric.data import Data
+
         n0, n1 = self.node_ptr[i], self.node_ptr[i + 1]
         e0, e1 = self.edge_ptr[i], self.edge_ptr[i + 1]
         data = Data(

@@ -22,9 +22,6 @@ import sys
 from collections.abc import Iterator
 
 import numpy as np
-from scipy.spatial.distance import cdist
-from skimage.segmentation import slic
-from skimage.util import regular_grid
 
 from ablate.data.graphs import normalize_gt
 
@@ -45,6 +42,9 @@ def slic_segments(img: np.ndarray) -> np.ndarray:
     fewer SLIC calls on 28x28 images).
     """
     img = np.asarray(img, dtype=np.float64)
+    from skimage.segmentation import slic  # scikit-image: imported on use (slow to import)
+    from skimage.util import regular_grid
+
     grid_shape = (1, *img.shape)  # slic treats a 2-D grayscale image as (1, H, W)
     tried: set = set()
     labels = None
@@ -82,6 +82,8 @@ def adjacency(coord: np.ndarray) -> np.ndarray:
     the reference code (`compute_adjacency_matrix_images`), even though the form
     looks like a Gaussian kernel.
     """
+    from scipy.spatial.distance import cdist
+
     dist = cdist(coord, coord)
     a = np.exp(-dist / (SIGMA * np.pi) ** 2)
     np.fill_diagonal(a, 0.0)

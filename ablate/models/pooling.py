@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import TopKPooling
 
 from ablate.models.layers import Graph, GraphLayer
 from ablate.models.normalizers import normalize
@@ -172,6 +171,8 @@ class GaoTopKPool(nn.Module):
     def __init__(self, in_channels: int, ratio: float = 0.5, init_dist: str = "default",
                  init_scale: float = 1.0):
         super().__init__()
+        from torch_geometric.nn import TopKPooling  # imported on use: PyG is slow to import
+
         self.pool = TopKPooling(in_channels, ratio=ratio)
         self.init_dist, self.init_scale = init_dist, init_scale
         self.reset_parameters()
