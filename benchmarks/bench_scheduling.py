@@ -17,8 +17,9 @@ spent inside the trial function (the runner's `trial_s` column; the naive
 trial's own clock, dataset generation included). Overhead = 1 - (compute /
 cores used) / wall. Targets: runner overhead <= 15 %, runner >= 3x faster.
 
-    python benchmarks/bench_scheduling.py                 # 96 units, both ways
-    python benchmarks/bench_scheduling.py --units 48 --json out.json
+    python benchmarks/bench_scheduling.py                 # 192 units (48 Ray trials), both ways
+    python benchmarks/bench_scheduling.py --skip-naive    # the runner only (~3 min)
+    python benchmarks/bench_scheduling.py --units 96 --json out.json
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--units", type=int, default=96, help="(config, seed) units, >= 48")
+    p.add_argument("--units", type=int, default=192, help="(config, seed) units, >= 48")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seeds-per-trial", type=int, default=4)
     p.add_argument("--skip-naive", action="store_true")
