@@ -334,6 +334,23 @@ def _tune_callback(store, spec: SearchSpec, arm: str, searcher, epochs: int):
     return _Write()
 
 
+def _create_db(db: Path, arm: str) -> None:
+    """Create the Optuna SQLite file beside its final name, then rename it into place.
+
+    Optuna builds its schema in several statements; a driver killed in between would
+    leave a half-made database that no rerun can open. A leftover temp file is removed.
+    """
+    import optuna
+
+    for old in db.parent.glob(f".{db.name}.*.tmp"):
+        old.unlink(missing_ok=True)
+    tmp = db.parent / f".{db.name}.{os.getpid()}.tmp"
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}")
+    optuna.create_study(storage=storage, study_name=arm, direction="maximize")
+    storage.engine.dispose()
+    os.replace(tmp, db)
+
+
 def _open_study(spec: SearchSpec, arm: str):
     """The arm's persistent Optuna study (SQLite); stale RUNNING trials of a killed run become FAIL."""
     import optuna
@@ -341,6 +358,8 @@ def _open_study(spec: SearchSpec, arm: str):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     db = Path(spec.results_dir) / spec.name / arm / "optuna.db"
     db.parent.mkdir(parents=True, exist_ok=True)
+    if not db.exists():
+        _create_db(db, arm)
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
     study = optuna.create_study(storage=storage, study_name=arm, direction="maximize",
                                 load_if_exists=True)

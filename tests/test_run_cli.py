@@ -44,8 +44,9 @@ def test_help_lists_studies_and_keys_with_allowed_values(capsys):
     assert "study smoke:" in capsys.readouterr().out
 
 
-def test_dry_run_prints_trial_table_and_count(capsys):
-    assert main(["study=smoke", "dry_run=true", "backbone=gin,gcn,chebygin"]) == 0
+def test_dry_run_prints_trial_table_and_count(capsys, tmp_path):
+    assert main(["study=smoke", "dry_run=true", "backbone=gin,gcn,chebygin",
+                 f"results_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
     header = lines[2].split()

@@ -115,3 +115,18 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     finally:
         ray.shutdown()
     assert abs(math.log10(best.config["threshold"]) + 2.0) < 0.3  # within a factor 2 of 0.01
+
+
+def test_optuna_db_appears_only_when_complete(tmp_path):
+    """The SQLite file is built under a temp name and renamed: a kill mid-schema leaves no
+    half-made database, and a leftover temp file is cleared by the next run."""
+    import optuna
+
+    from ablate.search import _create_db
+
+    db = tmp_path / "optuna.db"
+    (tmp_path / ".optuna.db.999.tmp").write_bytes(b"half-made")
+    _create_db(db, "arm")
+    assert db.exists() and not list(tmp_path.glob(".*.tmp"))
+    study = optuna.load_study(study_name="arm", storage=f"sqlite:///{db}")
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE
