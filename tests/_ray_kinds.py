@@ -43,13 +43,16 @@ def faulty_trial(cfg):
             raise RuntimeError("injected fault")
         if fault.startswith("exit"):
             os._exit(3)
-        if fault.startswith("nan"):
+        if fault.startswith("nan"):  # every path's loss becomes NaN (sequential and batched)
+            import ablate.batched as batched
+
             original = train.task_loss
-            train.task_loss = lambda out, y, reg: original(out, y, reg) * float("nan")
+            poisoned = lambda out, y, reg: original(out, y, reg) * float("nan")  # noqa: E731
+            train.task_loss = batched.task_loss = poisoned
             try:
                 return train.run_trial_full(cfg)
             finally:
-                train.task_loss = original
+                train.task_loss = batched.task_loss = original
     return train.run_trial_full(cfg)
 
 
