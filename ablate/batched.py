@@ -36,7 +36,6 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 
-from ablate import metrics
 from ablate.batching import DenseBatch, TrainBatches, collate, eval_batches
 from ablate.config import TrialConfig
 from ablate.data import GraphSet
@@ -175,30 +174,6 @@ def evaluate_seeds(stack: SeedStack, alive: list[int], batches, cfg: TrialConfig
     return [summarize(o, cfg, stack.regression) for o in outs]
 
 
-def curve_metrics(stack: SeedStack, alive: list[int], batches, cfg: TrialConfig) -> list[dict]:
-    """Validation accuracy, loss and layer-0 attention AUC of the seeds `alive`, per seed.
-
-    The same numbers as `train.evaluate` gives for the curves, without its other metrics.
-    """
-    out = []
-    for pairs in _eval_forward(stack, alive, batches, cfg):
-        preds, ys, losses, alphas, gts = [], [], [], [], []
-        for b, o in pairs:
-            losses.append(float(task_loss(o.out, b.y, stack.regression)) * len(b))
-            preds.append(metrics.predictions(o.out, stack.regression).cpu())
-            ys.append(b.y.cpu())
-            if o.pools:
-                p = o.pools[0]
-                alphas.append(p.alpha[p.mask_before].cpu())
-                gts.append(p.gt[p.mask_before].cpu())
-        y = torch.cat(ys)
-        correct = (torch.cat(preds).double() == y.double()).numpy()
-        auc = metrics.attention_auc(torch.cat(alphas), torch.cat(gts)) if alphas else math.nan
-        out.append({"accuracy": float(correct.mean()), "loss": sum(losses) / len(y),
-                    "attn_auc_l0": auc})
-    return out
-
-
 def run_seeds_batched(cfg: TrialConfig, splits: dict[str, GraphSet],
                       device: torch.device) -> list[tuple[list[dict], list[dict]] | str]:
     """Train and evaluate every seed of `cfg` (resolved, `eligible`) as one batched model.
@@ -257,7 +232,7 @@ def run_seeds_batched(cfg: TrialConfig, splits: dict[str, GraphSet],
             break
         if epoch % every == 0 or epoch == cfg.epochs:
             te = time.perf_counter()
-            for i, v in zip(alive, curve_metrics(stack, alive, val, cfg)):
+            for i, v in zip(alive, evaluate_seeds(stack, alive, val, cfg)):
                 curves[i].append({"seed": seeds[i], "epoch": epoch, "train_loss": means[i],
                                   "val_accuracy": v["accuracy"], "val_loss": v["loss"],
                                   "val_auc": v["attn_auc_l0"]})

@@ -42,7 +42,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")  # failures are reported by the runner
 os.environ.setdefault("TUNE_WARN_SLOW_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "1e9")
 # An embedded Ray need not prestart idle workers: Tune's actors never use them, and on a
-# small machine they compete with the trials' start-up (measured: ~5 s sooner to the first trial).
+# small machine they compete with the trials' start-up for the CPUs.
 os.environ.setdefault("RAY_enable_worker_prestart", "0")
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
@@ -326,12 +326,13 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
         if todo:
             address = ray_address or os.environ.get("RAY_ADDRESS") or None
             t0 = time.time()
-            local = [t for t in todo if _reads_local_files(t)]
-            splits = prepare_datasets(local, progress=stream.isatty())  # bad paths: before Ray
+            local = [_reads_local_files(t) for t in todo]
+            splits = prepare_datasets([t for t, x in zip(todo, local) if x],
+                                      progress=stream.isatty())  # bad paths: before Ray
             ray_start = _RayStarter(address)  # Ray starts while the other datasets are built
             started = False
             try:
-                rest = [t for t in todo if not _reads_local_files(t)]
+                rest = [t for t, x in zip(todo, local) if not x]
                 splits.update(prepare_datasets(rest, progress=stream.isatty()))
                 summary.timings["datasets"] = time.time() - t0
                 started = ray_start.wait()
@@ -340,8 +341,10 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
                           progress=progress, stream=stream)
             finally:
                 if ray_start.wait(raise_errors=False):
+                    import ray
+
                     t0 = time.time()
-                    _stop_ray()
+                    ray.shutdown()
                     summary.timings["ray_stop"] = time.time() - t0
                 ray_start.release()
     finally:
@@ -384,12 +387,6 @@ class _RayStarter:
     def release(self) -> None:
         self._release.set()
         self._thread.join()
-
-
-def _stop_ray() -> None:
-    import ray
-
-    ray.shutdown()
 
 
 def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,

@@ -107,13 +107,8 @@ class Store:
 
         Written atomically at the start of every run; it names the latest run's plan.
         """
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / PLAN
-        tmp = self.dir / f".{PLAN}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        tmp.write_text(json.dumps({"study": self.study, "written_at": now_iso(),
-                                   "trial_ids": list(trial_ids)}, indent=1))
-        os.replace(tmp, path)
-        return path
+        plan = {"study": self.study, "written_at": now_iso(), "trial_ids": list(trial_ids)}
+        return _replace(self.dir / PLAN, lambda f: f.write(json.dumps(plan, indent=1).encode()))
 
     def log_failure(self, entry: dict) -> None:
         """Append one failed attempt to failures.jsonl (history; the trial file holds the latest)."""
@@ -164,11 +159,16 @@ def _frame(rows: list[dict], first: tuple[str, ...]) -> pa.Table:
 
 def atomic_write(table: pa.Table, path: Path) -> Path:
     """Write `table` to `path` through a temp file in the same folder and a rename."""
+    return _replace(path, lambda f: pq.write_table(table, f))
+
+
+def _replace(path: Path, write) -> Path:
+    """`write(binary file)` into a hidden temp file beside `path`, fsync, rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         with open(tmp, "wb") as f:
-            pq.write_table(table, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -217,16 +217,17 @@ def _studies(results_dir: Path, study: str | None) -> list[Path]:
 def read_trials(results_dir: str | os.PathLike = "results",
                 study: str | None = None) -> pd.DataFrame:
     """Every trial row of one study (or of all studies under `results_dir`) as one DataFrame."""
-    frames = [_read_folder(d / TRIALS, check=True) for d in _studies(Path(results_dir), study)
-              if (d / TRIALS).is_dir()]
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return _read_all(Path(results_dir), study, TRIALS, check=True)
 
 
 def read_curves(results_dir: str | os.PathLike = "results",
                 study: str | None = None) -> pd.DataFrame:
     """Every per-epoch curve row of one study (or of all studies) as one DataFrame."""
-    frames = [_read_folder(d / CURVES, check=False) for d in _studies(Path(results_dir), study)
-              if (d / CURVES).is_dir()]
+    return _read_all(Path(results_dir), study, CURVES, check=False)
+
+
+def _read_all(results_dir: Path, study: str | None, kind: str, check: bool) -> pd.DataFrame:
+    frames = [_read_folder(d / kind, check=check) for d in _studies(results_dir, study)
+              if (d / kind).is_dir()]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
