@@ -27,6 +27,8 @@ NORMALIZERS = ("softmax", "sparsemax", "spherical")
 SUPERVISIONS = ("unsup", "sup", "weak", "gt")
 INIT_DISTS = ("default", "normal", "uniform")
 DEVICES = ("auto", "cpu", "cuda")
+STEPS = ("auto", "replay", "eager")  # how a packed training step runs (ablate/batched.py)
+EXECUTION_FIELDS = ("study", "device", "step")  # not part of a trial's identity
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
 
 
@@ -65,7 +67,9 @@ class TrialConfig:
     seeds: tuple[int, ...] = (0,)  # seeds trained by this trial (seed packing)
     eval_every: int = 0  # evaluate val for the curves every this many epochs; 0 = ~50 points
     loo_auc: bool = True  # attention AUC of models without attention by leave-one-out (slow, O(N^3))
-    device: str = "auto"  # auto (CUDA if present), cpu or cuda
+    device: str = "auto"  # auto (CUDA if present), cpu or cuda (an error where CUDA is absent)
+    step: str = "auto"  # packed step: replay (fixed shapes; a CUDA graph on CUDA), eager (per-batch
+    #                     shapes, for debugging); auto = replay on CUDA, eager on CPU
     extra: tuple = field(default=(), compare=True)  # sorted (key, value) of +new=value overrides
 
     def replace(self, **changes) -> TrialConfig:
@@ -163,7 +167,7 @@ def validate_choices(cfg: TrialConfig) -> None:
     for name, choices in [("dataset", DATASETS), ("backbone", BACKBONES),
                           ("selection", SELECTIONS),
                           ("normalizer", NORMALIZERS), ("supervision", SUPERVISIONS),
-                          ("device", DEVICES)]:
+                          ("device", DEVICES), ("step", STEPS)]:
         value = getattr(cfg, name)
         if value not in choices:
             raise choice_error(name, value, choices)
@@ -223,9 +227,13 @@ def axes(cfg: TrialConfig) -> dict:
 
 
 def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
-    """Hash of the resolved config (minus study and device) plus the dataset recipe hash."""
+    """Hash of the resolved config (minus study, device, step) plus the dataset recipe hash.
+
+    Device and step change float rounding only, so a trial keeps its id (and its stored
+    result) wherever and however it ran.
+    """
     a = axes(cfg)
-    for k in ("study", "device"):
+    for k in EXECUTION_FIELDS:
         a.pop(k)
     blob = json.dumps({"cfg": a, "data": dataset_hash}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

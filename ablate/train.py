@@ -44,11 +44,16 @@ class NaNLoss(RuntimeError):
     """Training produced a non-finite loss."""
 
 
+class DeviceError(RuntimeError):
+    """The config asks for a device this process cannot use."""
+
+
 def pick_device(name: str = "auto") -> torch.device:
-    """CUDA when asked for or available (auto), else CPU."""
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
+    """`cuda` (an error without CUDA), `cpu`, or `auto`: CUDA when available, else CPU."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("device=cuda but this process sees no CUDA device (no GPU, a CPU "
+                          "build of torch, or a Ray trial given no GPU: set gpus_per_trial)")
+    if name in ("cuda", "auto") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
 
@@ -290,37 +295,70 @@ def _tune_allocator() -> None:
         pass
 
 
-def run_trial_full(config: TrialConfig) -> TrialResult:
-    """Every seed of `config`: records per (seed, split) and per-epoch curves."""
-    cfg = resolve(config)
-    torch.set_flush_denormal(True)  # denormals double CPU time per step (SPEC pitfalls)
-    _tune_allocator()
-    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
-    data_hash = dataset_recipe_hash(cfg.dataset, cfg.data_kwargs)
-    device = pick_device(cfg.device)
-    common = {**axes(cfg), **_provenance(cfg, data_hash)}
-    out = TrialResult()
+def _nan_result(seed: int, splits, error: str) -> TrialResult:
+    return TrialResult([{"seed": seed, "split": s, "status": "nan", "error": error}
+                        for s in splits if s != "train"], [])
+
+
+def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
+    """Several trials (configs on one dataset recipe) trained together where they can be.
+
+    Configs that are `batched.eligible` and share a `batched.pack_key` (they differ only in
+    seeds, init of p, threshold, ratio, kl_weight) train all their seeds as one pack
+    (`ablate.batched`); on a CPU a pack of a single seed trains sequentially instead. Every
+    other config runs seed by seed. Returns one `TrialResult` per config, in order; its
+    records carry `batched_seeds`, the number of seeds trained together with each.
+    """
     from ablate import batched  # imports this module
 
-    # eligible configs train all their seeds as one vmapped model (ablate/batched.py)
-    together = batched.eligible(cfg, device)
-    results = batched.run_seeds_batched(cfg, splits, device) if together else [None] * len(cfg.seeds)
-    for seed, got in zip(cfg.seeds, results):
-        if isinstance(got, str):  # a batched seed whose training loss became non-finite
-            res = TrialResult([{"seed": seed, "split": s, "status": "nan", "error": got}
-                               for s in splits if s != "train"], [])
-        elif got is not None:
-            res = TrialResult(*got)
-        else:
-            try:
-                res = run_seed(cfg, splits, seed, device)
-            except NaNLoss as e:
-                res = TrialResult([{"seed": seed, "split": s, "status": "nan", "error": str(e)}
-                                   for s in splits if s != "train"], [])
-        for r in res.records:
-            out.records.append({**common, **r, "batched_seeds": len(cfg.seeds) if together else 1})
-        out.curves.extend(res.curves)
-    return out
+    cfgs = [resolve(c) for c in configs]
+    torch.set_flush_denormal(True)  # denormals double CPU time per step (SPEC pitfalls)
+    _tune_allocator()
+    first = cfgs[0]
+    data_hash = dataset_recipe_hash(first.dataset, first.data_kwargs)
+    if any(dataset_recipe_hash(c.dataset, c.data_kwargs) != data_hash for c in cfgs):
+        raise ValueError("a pack holds trials of one dataset recipe only")
+    splits = load_graphsets(first.dataset, **first.data_kwargs)
+    device = pick_device(first.device)
+    groups: dict[str, list[int]] = {}  # pack key -> config indices trained as one pack
+    for i, c in enumerate(cfgs):
+        if batched.eligible(c) and c.device == first.device:
+            groups.setdefault(batched.pack_key(c), []).append(i)
+    outcomes: dict[tuple[int, int], object] = {}  # (config index, seed) -> batched outcome
+    size: dict[int, int] = {}
+    for idx in groups.values():
+        owners = [(i, s) for i in idx for s in cfgs[i].seeds]
+        if len(owners) < 2 and device.type != "cuda":
+            continue  # one seed on a CPU: the sequential path is as fast
+        members = [batched.Member(cfgs[i], s) for i, s in owners]
+        for (i, seed), got in zip(owners, batched.run_members(members, splits, device)):
+            outcomes[(i, seed)] = got
+            size[i] = len(members)
+    results = []
+    for i, cfg in enumerate(cfgs):
+        common = {**axes(cfg), **_provenance(cfg, data_hash)}
+        out = TrialResult()
+        for seed in cfg.seeds:
+            got = outcomes.get((i, seed))
+            if isinstance(got, str):  # a packed seed whose training loss became non-finite
+                res = _nan_result(seed, splits, got)
+            elif got is not None:
+                res = TrialResult(*got)
+            else:
+                try:
+                    res = run_seed(cfg, splits, seed, device)
+                except NaNLoss as e:
+                    res = _nan_result(seed, splits, str(e))
+            for r in res.records:
+                out.records.append({**common, **r, "batched_seeds": size.get(i, 1)})
+            out.curves.extend(res.curves)
+        results.append(out)
+    return results
+
+
+def run_trial_full(config: TrialConfig) -> TrialResult:
+    """Every seed of `config`: records per (seed, split) and per-epoch curves."""
+    return run_pack_full([config])[0]
 
 
 def run_trial(config: TrialConfig) -> list[dict]:

@@ -81,14 +81,18 @@ class GraphNet(nn.Module):
         for m in [*self.layers, *self.pools.values(), self.head]:
             m.reset_parameters()
 
-    def forward(self, x: Tensor, graph: Graph, gt: Tensor | None = None) -> NetOutput:
+    def forward(self, x: Tensor, graph: Graph, gt: Tensor | None = None,
+                hyper: dict[str, Tensor] | None = None) -> NetOutput:
+        """`hyper`: optional 0-dim tensors threshold, ratio, kl_weight replacing cfg's values."""
         cfg = self.cfg
+        kl_weight = hyper["kl_weight"] if hyper else cfg.kl_weight
         pools: list[PoolResult] = []
         x_prev = x  # input of the previous layer
         for i in range(len(self.layers) + 1):
             if str(i) in self.pools:
                 x_score = x_prev if cfg.scorer_input == "prev" else x
-                res = self.pools[str(i)](x, x_score, graph, gt, cfg.supervision, cfg.kl_weight)
+                res = self.pools[str(i)](x, x_score, graph, gt, cfg.supervision, kl_weight,
+                                        hyper)
                 x, graph = res.x, res.graph  # (B, N, C), nodes of the induced subgraph
                 pools.append(res)
             if i == len(self.layers):

@@ -39,7 +39,7 @@ def renormalize_gt(gt: Tensor, mask: Tensor) -> Tensor:
     return torch.where(s > 0, g / s.clamp(min=1e-12), torch.zeros_like(g))
 
 
-def kl_attention_loss(alpha: Tensor, gt: Tensor, mask: Tensor, weight: float) -> Tensor:
+def kl_attention_loss(alpha: Tensor, gt: Tensor, mask: Tensor, weight: float | Tensor) -> Tensor:
     """weight * mean_graphs KL(alpha_GT || alpha) / N, N = nodes before pooling (SPEC §2)."""
     m = mask.to(alpha.dtype)
     kl = gt * (torch.log(gt + 1e-14) - torch.log(alpha + 1e-14)) * m  # (B, N)
@@ -47,12 +47,12 @@ def kl_attention_loss(alpha: Tensor, gt: Tensor, mask: Tensor, weight: float) ->
     return weight * (kl.sum(-1) / n).mean()
 
 
-def threshold_keep(alpha: Tensor, mask: Tensor, threshold: float) -> Tensor:
+def threshold_keep(alpha: Tensor, mask: Tensor, threshold: float | Tensor) -> Tensor:
     """Nodes kept by Eq. 3 of Knyazev et al.: alpha_i > alpha-tilde."""
     return mask & (alpha > threshold)
 
 
-def topk_keep(score: Tensor, mask: Tensor, ratio: float) -> Tensor:
+def topk_keep(score: Tensor, mask: Tensor, ratio: float | Tensor) -> Tensor:
     """Top-k selection: keep the round(ratio * N) best-scored nodes of each graph (at least 1)."""
     n = mask.sum(-1, keepdim=True)  # (B, 1)
     k = torch.clamp(torch.round(n.to(score.dtype) * ratio), min=1)
@@ -140,8 +140,16 @@ class AttentionPool(nn.Module):
         return self.proj(x_score).squeeze(-1)
 
     def forward(self, x: Tensor, x_score: Tensor, graph: Graph, gt: Tensor | None = None,
-                supervision: str = "unsup", kl_weight: float = 0.0) -> PoolResult:
+                supervision: str = "unsup", kl_weight: float | Tensor = 0.0,
+                hyper: dict[str, Tensor] | None = None) -> PoolResult:
+        """`hyper` may hold 0-dim tensors `threshold` / `ratio` that replace the module's values.
+
+        (A pack of configurations vmaps one model over members whose threshold, ratio and
+        kl_weight differ: `ablate.batched`.)
+        """
         mask = graph.mask
+        threshold = hyper["threshold"] if hyper else self.threshold
+        ratio = hyper["ratio"] if hyper else self.ratio
         gt_l = renormalize_gt(gt, mask) if gt is not None else None
         kl = None
         if supervision == "gt":
@@ -153,9 +161,9 @@ class AttentionPool(nn.Module):
                 kl = kl_attention_loss(alpha, gt_l, mask, kl_weight)
         x = x * alpha.unsqueeze(-1)  # (B, N, C)
         if self.selection == "topk":
-            keep = topk_keep(alpha, mask, self.ratio)
+            keep = topk_keep(alpha, mask, ratio)
         else:
-            keep = threshold_keep(alpha, mask, self.threshold)
+            keep = threshold_keep(alpha, mask, threshold)
         return PoolResult(x, graph.with_mask(keep), alpha, mask, gt_l, kl)
 
 
@@ -186,7 +194,8 @@ class GaoTopKPool(nn.Module):
         init_projection(self.p, self.init_dist, self.init_scale)
 
     def forward(self, x: Tensor, x_score: Tensor, graph: Graph, gt: Tensor | None = None,
-                supervision: str = "unsup", kl_weight: float = 0.0) -> PoolResult:
+                supervision: str = "unsup", kl_weight: float | Tensor = 0.0,
+                hyper: dict[str, Tensor] | None = None) -> PoolResult:
         B, N, C = x.shape
         mask = graph.mask
         flat = mask.reshape(-1).nonzero().squeeze(1)  # (M,) flat ids of present nodes
@@ -205,7 +214,7 @@ class GaoTopKPool(nn.Module):
 
 
 def cosine(a: Tensor, b: Tensor) -> float:
-    """Cosine similarity of two vectors (e.g. initial p and the optimal p of COLORS)."""
-    a, b = a.reshape(-1).double(), b.reshape(-1).double()
+    """Cosine similarity of two vectors (e.g. initial p and the optimal p of COLORS), on the CPU."""
+    a, b = a.detach().reshape(-1).double().cpu(), b.detach().reshape(-1).double().cpu()
     den = a.norm() * b.norm()
     return float(a @ b / den) if den > 0 else math.nan
