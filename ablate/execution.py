@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ablate.errors import ConfigError
+from ablate.packing import Pack, make_packs, pack_seeds
 from ablate.study import TRIAL_KINDS, Study, Trial, load_attr
 
 if TYPE_CHECKING:
@@ -124,35 +125,47 @@ def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}{where}"[:500]
 
 
-def _attempt(p: dict, blobs: dict) -> dict:
-    """Run the trial once; never raises: the outcome is in 'status' / 'error'."""
-    out = {"status": "ok", "error": "", "records": [], "curves": [], "trial_s": float("nan")}
+def _member_outcome(trial_id: str, res) -> dict:
+    """A trial's outcome from its kind's result (records and curves), with the first bad status."""
+    out = {"trial_id": trial_id, "status": "ok", "error": "",
+           "records": list(res.records), "curves": list(res.curves)}
+    bad = [r for r in out["records"] if r.get("status", "ok") != "ok"]
+    if bad:
+        out["status"], out["error"] = bad[0]["status"], bad[0].get("error", "")
+    elif not out["records"]:
+        out["status"], out["error"] = "error", "the trial returned no records"
+    return out
+
+
+def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
+    """Run the pack's `members` once; never raises: each member's outcome has its status."""
+    out = {"members": [], "trial_s": float("nan")}
     try:
-        fn = _trial_function(p["run"])
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(max(1, int(p["cpus"])))
         _ensure_dataset(p, blobs)
-        cfg = pickle.loads(p["config"])
+        cfgs = [pickle.loads(m["config"]) for m in members]
         t0 = time.perf_counter()
-        res = fn(cfg)
+        if len(cfgs) > 1:  # several trials trained together (the kind's pack function)
+            results = _trial_function(p["pack_run"])(cfgs)
+        else:
+            results = [_trial_function(p["run"])(cfgs[0])]
         out["trial_s"] = time.perf_counter() - t0
-        out["records"], out["curves"] = list(res.records), list(res.curves)
-        bad = [r for r in out["records"] if r.get("status", "ok") != "ok"]
-        if bad:
-            out["status"], out["error"] = bad[0]["status"], bad[0].get("error", "")
-        elif not out["records"]:
-            out["status"], out["error"] = "error", "the trial returned no records"
+        out["members"] = [_member_outcome(m["trial_id"], r) for m, r in zip(members, results)]
     except Exception as e:
-        out["status"], out["error"] = "error", _error_text(e)
+        error = _error_text(e)
+        out["members"] = [{"trial_id": m["trial_id"], "status": "error", "error": error,
+                           "records": [], "curves": []} for m in members]
     return out
 
 
 def trainable(config: dict, blobs: dict | None = None) -> None:
-    """Tune function trainable: run one trial and report each attempt's rows as one result.
+    """Tune function trainable: run one pack (one or more trials), report each attempt.
 
     A trial that raises or returns NaN is retried here, in the same warm actor, up
-    to `max_failures` times (each failed attempt is reported, so the driver
-    records it). A dead worker or node is retried by Tune's FailureConfig.
+    to `max_failures` times; a retry reruns only the pack's trials that failed. Each
+    attempt is reported as one result, so the driver records it. A dead worker or
+    node is retried by Tune's FailureConfig.
     """
     import ray
     from ray import tune
@@ -167,16 +180,20 @@ def trainable(config: dict, blobs: dict | None = None) -> None:
             "node_id": ray.get_runtime_context().get_node_id(),
             "gpu_ids": ",".join(str(g) for g in gpu_ids)}
     last = p["max_failures"] + 1
+    pending = list(p["members"])
     for attempt in range(1, last + 1):
         started = time.time()
-        out = _attempt(p, blobs or {})
+        out = _attempt(p, blobs or {}, pending)
         out["meta"] = {**meta, "started_at": started, "finished_at": time.time(),
                        "trial_s": out.pop("trial_s")}
-        out["final"] = out["status"] == "ok" or attempt == last
+        failed = {m["trial_id"] for m in out["members"] if m["status"] != "ok"}
+        out["final"] = not failed or attempt == last
+        out["status"] = "ok" if not failed else "failed"
         tune.report({"payload": pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL),
                      "trial_status": out["status"]})
-        if out["status"] == "ok":
+        if not failed:
             return
+        pending = [m for m in pending if m["trial_id"] in failed]
 
 
 # ----------------------------------------------------------------------------- driver side
@@ -197,6 +214,24 @@ def prepare_datasets(trials: list[Trial], progress: bool = True) -> dict[str, li
                               "data.KEY=VALUE)") from None
         splits[t.data_hash] = [s for s in sets if s != "train"]
     return splits
+
+
+def check_devices(study: Study, ray_address: str | None = None) -> None:
+    """device=cuda needs CUDA: here for an embedded Ray, and GPUs for the trials anywhere."""
+    wants = any(getattr(t.config, "device", "auto") == "cuda" for t in study.trials)
+    if not wants:
+        return
+    if study.spec.gpus_per_trial != "auto" and float(study.spec.gpus_per_trial) == 0:
+        raise ConfigError("device=cuda needs gpus_per_trial > 0 (or auto): a trial given no "
+                          "GPU sees none")
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device=cuda but this machine has no usable CUDA device (no GPU "
+                              "or a CPU build of torch); use device=auto or device=cpu, or join "
+                              "a GPU cluster with ray_address=")
 
 
 def _reads_local_files(t: Trial) -> bool:
@@ -285,11 +320,13 @@ def _check_resources(study: Study, gpus: float, embedded: bool, stream: TextIO) 
                      "nodes\n")
 
 
-def _payload(t: Trial, spec, cache: str | None) -> dict:
+def _payload(pack: Pack, spec, cache: str | None) -> dict:
+    t = pack.trials[0]  # the trials of a pack share kind and dataset recipe
     kind = TRIAL_KINDS[t.kind]
-    return {"trial_id": t.trial_id, "kind": t.kind, "run": kind.run,
-            "config": pickle.dumps(t.config), "dataset": t.dataset,
-            "data_params": t.data_params, "data_hash": t.data_hash,
+    return {"trial_id": pack.pack_id, "kind": t.kind, "run": kind.run, "pack_run": kind.pack,
+            "members": [{"trial_id": m.trial_id, "config": pickle.dumps(m.config)}
+                        for m in pack.trials],
+            "dataset": t.dataset, "data_params": t.data_params, "data_hash": t.data_hash,
             "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache}
 
 
@@ -314,6 +351,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
 
     t_start = time.time()
     stream = stream or sys.stderr
+    check_devices(study, ray_address)
     store = Store(results_dir, study.name)
     summary = Summary(study.name, len(study.trials), results=str(store.dir))
     store.lock()
@@ -401,9 +439,11 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         ship = not embedded or len(ray.nodes()) > 1
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")
-        payloads = [_payload(t, spec, cache) for t in todo]
+        packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))
+        payloads = [_payload(pk, spec, cache) for pk in packs]
         display = Progress(study.name, len(todo), summary.skipped, progress, stream)
-        callback = _StoreCallback(store, {t.trial_id: t for t in todo}, splits, display)
+        callback = _StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
+                                  {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs})
         resources = {"cpu": spec.cpus_per_trial, "gpu": gpus}
         fn = tune.with_resources(tune.with_parameters(trainable, blobs=_blobs(todo, ship)),
                                  resources)
@@ -446,40 +486,49 @@ def _tune_callback_base():
 
 
 class _StoreCallback(_tune_callback_base()):
-    """Driver-side: write each reported attempt to the store, record failures, drive progress."""
+    """Driver-side: write each reported attempt to the store, record failures, drive progress.
+
+    A Tune trial runs a pack (`ablate.packing`): every member trial's rows go to its own
+    file, tagged with the pack's id.
+    """
 
     def __init__(self, store: Store, trials: dict[str, Trial], splits: dict,
-                 display: Progress):
+                 display: Progress, packs: dict[str, list[str]]):
         import ray
 
         self.store, self.trials, self.splits, self.display = store, trials, splits, display
+        self.packs = packs  # pack id -> member trial ids
         self.ray_version = ray.__version__
         self.final: dict[str, str] = {}  # trial id -> final status (ok / error / nan)
         self.attempts: dict[str, int] = {}  # trial id -> attempts recorded so far
         self.retries = 0
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.display.start(_tid(trial))
+        for tid in self.packs[_tid(trial)]:
+            self.display.start(tid)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         blob = result.pop("payload", None)  # do not keep it in Tune's experiment state
         if blob is None:
             return
-        tid, out = _tid(trial), pickle.loads(blob)
-        records = out["records"] if out["status"] != "error" else []
-        rows = records or self._error_rows(tid, out["status"], out["error"])
-        attempt = self._write(tid, rows, out["curves"] if records else [], out["meta"])
-        if out["status"] == "ok":
-            self.final[tid] = "ok"
-            self.display.finish(tid, "ok")
-            return
-        self._log(tid, attempt, out["status"], out["error"], out["meta"])
-        if out["final"]:
-            self.final[tid] = out["status"]
-            self.display.finish(tid, "failed")
-        else:
-            self.retries += 1
-            self.display.retry(tid)
+        pack_id, out = _tid(trial), pickle.loads(blob)
+        for m in out["members"]:
+            tid = m["trial_id"]
+            records = m["records"] if m["status"] != "error" else []
+            rows = records or self._error_rows(tid, m["status"], m["error"])
+            attempt = self._write(tid, rows, m["curves"] if records else [], out["meta"],
+                                  pack_id)
+            if m["status"] == "ok":
+                self.final[tid] = "ok"
+                self.display.finish(tid, "ok")
+                continue
+            self._log(tid, attempt, m["status"], m["error"], out["meta"])
+            if out["final"]:
+                self.final[tid] = m["status"]
+                self.display.finish(tid, "failed")
+            else:
+                self.retries += 1
+                self.display.retry(tid)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         self._lost(trial, final=False)
@@ -492,19 +541,20 @@ class _StoreCallback(_tune_callback_base()):
 
     # ------------------------------------------------------------------ helpers
     def _lost(self, trial, final: bool) -> None:
-        """The worker (actor or node) died mid-trial: record it; Tune retries it or gives up."""
-        tid = _tid(trial)
-        if tid in self.final:  # already recorded as finished
-            return
+        """The worker (actor or node) died mid-pack: record it; Tune retries it or gives up."""
+        pack_id = _tid(trial)
         error = _tune_error(trial)
-        attempt = self._write(tid, self._error_rows(tid, "error", error), [], {})
-        self._log(tid, attempt, "error", error, {})
-        if final:
-            self.final[tid] = "error"
-            self.display.finish(tid, "failed")
-        else:
-            self.retries += 1
-            self.display.retry(tid)
+        for tid in self.packs[pack_id]:
+            if tid in self.final:  # already recorded as finished
+                continue
+            attempt = self._write(tid, self._error_rows(tid, "error", error), [], {}, pack_id)
+            self._log(tid, attempt, "error", error, {})
+            if final:
+                self.final[tid] = "error"
+                self.display.finish(tid, "failed")
+            else:
+                self.retries += 1
+                self.display.retry(tid)
 
     def _error_rows(self, tid: str, status: str, error: str) -> list[dict]:
         from ablate.config import axes
@@ -517,7 +567,8 @@ class _StoreCallback(_tune_callback_base()):
         return [{**base, "seed": s, "split": sp, "status": status, "error": error}
                 for s in getattr(t.config, "seeds", (0,)) for sp in splits]
 
-    def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict) -> int:
+    def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict,
+               pack_id: str) -> int:
         from ablate.store import now_iso
 
         attempt = self.attempts[tid] = self.attempts.get(tid, 0) + 1
@@ -525,7 +576,8 @@ class _StoreCallback(_tune_callback_base()):
                  "trial_s": meta.get("trial_s", float("nan")), "node": meta.get("node", ""),
                  "node_id": meta.get("node_id", ""), "gpu_ids": meta.get("gpu_ids", ""),
                  "started_at": meta.get("started_at", float("nan")),
-                 "finished_at": meta.get("finished_at", float("nan"))}
+                 "finished_at": meta.get("finished_at", float("nan")), "pack_id": pack_id,
+                 "pack_trials": len(self.packs[pack_id])}
         self.store.write(tid, rows, curves, extra)
         return attempt
 

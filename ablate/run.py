@@ -140,10 +140,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return search_main(_study_name(argv), argv)
         study, options = build_study(_study_name(argv), argv)
+        from ablate.execution import check_devices, run_study
+
+        check_devices(study, options["ray_address"])
         if options["dry_run"]:
             print(dry_run(study, options))
             return 0
-        from ablate.execution import run_study
 
         summary = run_study(study, options["results_dir"], force=options["force"],
                             ray_address=options["ray_address"], progress=options["progress"])

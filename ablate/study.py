@@ -66,6 +66,9 @@ STUDY_KEYS: dict[str, tuple[Any, str]] = {
     "gpus_per_trial": ("auto", "GPUs per trial, fractional allowed (0.25 = four trials per "
                                "GPU); auto = 0.25 when the cluster has GPUs, else 0"),
     "max_failures": (2, "retries of a trial that raises, returns NaN or loses its worker"),
+    "pack_size": ("auto", "seeds trained as one model in one Ray trial, across trials that differ "
+                          "only in seeds, init of p, threshold, ratio, kl_weight; auto = 64 when "
+                          "trials get a GPU, else 1 trial per pack"),
 }
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 _SECTIONS = {"description", "kind", "fixed", "data", "grid", "variants", *STUDY_KEYS}
@@ -79,12 +82,13 @@ class TrialKind:
     run: str  # (config) -> object with .records (list[dict]) and .curves (list[dict])
     resolve: str | None = None  # (config) -> resolved config; raises ConfigError
     datasets: bool = True  # trials name an ablate.data dataset (fields dataset, data_params)
+    pack: str | None = None  # (list of configs) -> one result per config, trained together
 
 
 # One line per trial kind; the runner imports these paths in the driver and the workers.
 TRIAL_KINDS: dict[str, TrialKind] = {
     "graph": TrialKind("ablate.config:TrialConfig", "ablate.train:run_trial_full",
-                       "ablate.config:resolve"),
+                       "ablate.config:resolve", pack="ablate.train:run_pack_full"),
     "sdc": TrialKind("ablate.sdc:SDCConfig", "ablate.sdc:run_sdc_trial_full", "ablate.sdc:resolve",
                      datasets=False),
 }
@@ -112,6 +116,7 @@ class StudySpec:
     cpus_per_trial: float = 1
     gpus_per_trial: float | str = "auto"
     max_failures: int = 2
+    pack_size: int | str = "auto"
 
 
 @dataclass(frozen=True)
@@ -207,8 +212,12 @@ def _set_study_key(spec: StudySpec, key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise ConfigError(f"{key} must be an integer >= {lo}, got {value!r}")
         setattr(spec, key, value)
-    elif key == "gpus_per_trial" and value == "auto":
-        spec.gpus_per_trial = "auto"
+    elif key in ("gpus_per_trial", "pack_size") and value == "auto":
+        setattr(spec, key, "auto")
+    elif key == "pack_size":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"pack_size must be an integer >= 1 or auto, got {value!r}")
+        spec.pack_size = value
     else:  # cpus_per_trial, gpus_per_trial
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
                 or (key == "cpus_per_trial" and value <= 0):

@@ -97,3 +97,32 @@ def held_trial(cfg):
             raise TimeoutError("the held node was never removed")
         time.sleep(0.05)
     return train.run_trial_full(cfg)
+
+
+def faulty_pack(cfgs):
+    """The graph trainer's pack function with faults: ``+fault=raise_once`` raises on the
+    pack's first attempt; ``+nan_seed=S`` starts seed S of every pack from NaN parameters."""
+    import math
+
+    import ablate.batched as batched
+    import ablate.train as train
+
+    extra = _extra(cfgs[0])
+    if extra.get("fault") == "raise_once" and _first_attempt("pack", extra["marker_dir"]):
+        raise RuntimeError("injected pack fault")
+    if "nan_seed" not in extra:
+        return train.run_pack_full(cfgs)
+    init = batched.MemberStack.__init__
+
+    def poisoned(self, *a, **kw):
+        init(self, *a, **kw)
+        for i, m in enumerate(self.members):
+            if m.seed == int(extra["nan_seed"]):
+                for v in self.params.values():
+                    v[i].fill_(math.nan)
+
+    batched.MemberStack.__init__ = poisoned
+    try:
+        return train.run_pack_full(cfgs)
+    finally:
+        batched.MemberStack.__init__ = init

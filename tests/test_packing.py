@@ -1,0 +1,129 @@
+"""Packs: trials that differ only in stackable values run as one Ray trial and one model.
+
+Grouping is checked directly; the runner is checked on a real local Ray: one file per
+trial, the pack's id on every row, the same numbers as each trial run alone, retries of
+only the failed trials of a pack, and resume.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
+
+import ray  # noqa: E402
+
+from ablate.execution import run_study, start_ray  # noqa: E402
+from ablate.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
+from ablate.store import read_trials  # noqa: E402
+from ablate.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
+from ablate.train import run_trial_full  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TINY = {"n_train": 40, "n_val": 40, "n_test": 40, "n_max_large": 40}
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT)]))
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setitem(TRIAL_KINDS, "faultypack", TrialKind(
+        "ablate.config:TrialConfig", "_ray_kinds:faulty_trial", "ablate.config:resolve",
+        pack="_ray_kinds:faulty_pack"))
+    yield tmp_path
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _study(name: str, kind: str = "graph", fixed: dict | None = None, grid: dict | None = None,
+           seeds=(0, 1), **settings) -> Study:
+    spec = StudySpec(name=name, kind=kind, fixed={"dataset": "colors", "backbone": "chebygin",
+                                                  "epochs": 2, "supervision": "sup",
+                                                  **(fixed or {})},
+                     data=dict(TINY), grid=dict(grid or {}), seeds=list(seeds), **settings)
+    return Study(spec, expand(spec))
+
+
+def test_packs_group_only_stackable_trials_up_to_the_size(env):
+    study = _study("g", grid={"threshold": [0.01, 0.05], "init_scale": [0.1, 1.0],
+                              "backbone": ["gin", "chebygin"]}, seeds=range(4),
+                   seeds_per_trial=2)
+    assert len(study.trials) == 16  # 2 x 2 x 2 rows x 2 seed chunks
+    packs = make_packs(study.trials, max_seeds=8)
+    assert sorted(len(p.trials) for p in packs) == [4, 4, 4, 4]
+    for p in packs:
+        assert len({t.config.backbone for t in p.trials}) == 1 and p.seeds == 8
+        assert p.pack_id.startswith("pack-")
+    assert sum(len(p.trials) for p in packs) == 16
+    assert {t.trial_id for p in packs for t in p.trials} == {t.trial_id for t in study.trials}
+    alone = make_packs(study.trials, max_seeds=0)  # CPU default: every trial its own pack
+    assert [p.pack_id for p in alone] == [t.trial_id for t in study.trials]
+    weak = _study("w", fixed={"supervision": "weak"}, grid={"threshold": [0.01, 0.05]})
+    assert len(make_packs(weak.trials, max_seeds=8)) == len(weak.trials) == 4  # never packed
+    assert pack_seeds("auto", 0.25) == GPU_PACK_SEEDS and pack_seeds("auto", 0) == 0
+    assert pack_seeds(5, 0) == 5
+
+
+def test_init_study_becomes_a_handful_of_packs_on_a_gpu():
+    study, _ = build_study("init")
+    assert len(study.trials) == 24
+    packs = make_packs(study.trials, pack_seeds("auto", 0.25))
+    assert len(packs) == 2 and sum(p.seeds for p in packs) == 104
+    assert all(p.seeds <= GPU_PACK_SEEDS for p in packs)
+
+
+def _key(r):
+    return (r["seed"], r["split"])
+
+
+def test_runner_packs_trials_and_writes_one_file_per_trial(env):
+    study = _study("packs", grid={"threshold": [0.02, 0.1], "kl_weight": [10.0, 100.0]},
+                   seeds=(0, 1), seeds_per_trial=2, pack_size=8, gpus_per_trial=0)
+    assert len(study.trials) == 4
+    start_ray(None)
+    s = run_study(study, env / "results", progress="none")
+    assert s.exit_code == 0 and s.ok == 4
+    df = read_trials(env / "results", "packs")
+    assert set(df.trial_id) == {t.trial_id for t in study.trials}
+    assert df.pack_id.nunique() == 1 and df.pack_id.iloc[0].startswith("pack-")
+    assert set(df.pack_trials) == {4} and set(df.batched_seeds) == {8}
+    assert len(list((env / "results" / "packs" / "trials").glob("*.parquet"))) == 4
+    for t in study.trials[:2]:  # each trial's numbers are its own
+        alone = {_key(r): r for r in run_trial_full(t.config).records}
+        for _, row in df[df.trial_id == t.trial_id].iterrows():
+            ref = alone[(row.seed, row.split)]
+            assert row.threshold == ref["threshold"] and row.kl_weight == ref["kl_weight"]
+            assert row.accuracy == ref["accuracy"]
+            assert math.isclose(row.loss, ref["loss"], rel_tol=1e-4, abs_tol=1e-5)
+    again = run_study(study, env / "results", progress="none")
+    assert again.skipped == 4 and again.exit_code == 0
+
+
+def test_a_failed_pack_member_is_retried_alone_and_a_raising_pack_whole(env):
+    study = _study("packfaults", kind="faultypack", seeds=range(4), seeds_per_trial=2,
+                   grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
+                   gpus_per_trial=0,
+                   fixed={"+nan_seed": 1, "+fault": "raise_once",
+                          "+marker_dir": str(env / "markers")})
+    assert len(study.trials) == 4  # 2 thresholds x seed chunks (0, 1) and (2, 3): one pack
+    start_ray(None)
+    s = run_study(study, env / "results", progress="none")
+    with_nan = sorted(t.trial_id for t in study.trials if 1 in t.config.seeds)
+    assert s.failed == with_nan and s.ok == 2 and s.exit_code == 1
+    df = read_trials(env / "results", "packfaults")
+    for t in study.trials:
+        rows = df[df.trial_id == t.trial_id]
+        if t.trial_id in with_nan:  # raised with the pack, then NaN alone twice: 3 attempts
+            assert set(rows.attempt) == {3}
+            assert set(rows[rows.seed == 0].batched_seeds) == {4}  # the 2 failed trials only
+            assert set(rows[rows.seed == 1].status) == {"nan"}
+            assert set(rows[rows.seed == 0].status) == {"ok"}
+        else:  # raised with the pack, then ok: 2 attempts
+            assert set(rows.attempt) == {2} and set(rows.status) == {"ok"}
+            assert set(rows.batched_seeds) == {8}  # trained in the whole pack
