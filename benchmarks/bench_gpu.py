@@ -1,0 +1,141 @@
+"""Packed training steps, eager vs replayed, and whole recipes / studies on one device.
+
+    python benchmarks/bench_gpu.py                         # step table on CUDA (or the CPU)
+    python benchmarks/bench_gpu.py --seeds 1,8,32,64,128 --recipes --studies paper,init
+
+Rows (medians over --repeats timings of --steps steps each, after warm-up and, for
+replay on CUDA, graph capture):
+
+- ms per step of the TRIANGLES ChebyGIN K=7 supervised pack (two GNN-scored pooling
+  layers, batch 32, graphs padded to 25 nodes) and of the COLORS ChebyGIN supervised
+  pack, for each pack size S, with `step=eager` and `step=replay`; seconds per
+  seed-epoch = ms per step x steps per epoch / S; replay's speed-up over eager.
+- `--recipes`: the full 10-seed TRIANGLES and COLORS sup recipes as one pack
+  (`run_trial_full`, validation curves and evaluation included), seconds per seed.
+- `--studies`: wall time of `python -m ablate.run study=NAME` through the runner
+  (needs Ray), printed with the runner's own phase timings.
+
+On a CPU a CUDA graph does not exist: `replay` there is the fixed-shape step run
+eagerly; the CUDA rows need a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from ablate import batched
+from ablate.batching import TrainBatches
+from ablate.config import TrialConfig, resolve
+from ablate.data import load_graphsets
+from ablate.train import _tune_allocator, run_trial_full
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_times(dataset: str, S: int, step: str, device: torch.device, steps: int,
+               repeats: int) -> list[float]:
+    """Seconds per step of an S-member pack, `repeats` timings of `steps` steps each."""
+    cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin", supervision="sup",
+                              step=step, device=device.type))
+    splits = load_graphsets(dataset)
+    train = TrainBatches(splits["train"], device)
+    stack = batched.MemberStack([batched.Member(cfg, s) for s in range(S)],
+                                splits["train"].num_features, 1, device)
+    ps = batched.PackStep(stack, train, cfg, device, batched.replays(cfg, device))
+    gens = [torch.Generator().manual_seed(s) for s in range(S)]
+    perms = torch.stack([torch.randperm(len(train), generator=g) for g in gens]).to(device)
+    B = cfg.batch_size
+    n_batches = len(train) // B
+
+    def run(k: int, offset: int) -> None:
+        for i in range(k):
+            j = (offset + i) % n_batches
+            ps.run(perms[:, j * B:(j + 1) * B])
+
+    run(batched.WARMUP_STEPS + 3, 0)  # warm-up, graph capture
+    _sync(device)
+    out = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        run(steps, 10 + r * steps)
+        _sync(device)
+        out.append((time.perf_counter() - t0) / steps)
+    ps.release()
+    return out
+
+
+def _steps_per_epoch(dataset: str) -> int:
+    n = len(load_graphsets(dataset)["train"])
+    return -(-n // 32)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--seeds", default=None, help="pack sizes (default 1,8,32,64,128 on CUDA, "
+                                                  "1,8 on a CPU)")
+    ap.add_argument("--datasets", default="triangles,colors")
+    ap.add_argument("--steps", type=int, default=None, help="steps per timing (default 50 CUDA, "
+                                                            "10 CPU)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--recipes", action="store_true", help="the 10-seed full recipes")
+    ap.add_argument("--studies", default="", help="comma list of studies to time via the runner")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    _tune_allocator()
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
+    sizes = [int(s) for s in (args.seeds or ("1,8,32,64,128" if cuda else "1,8")).split(",")]
+    steps = args.steps or (50 if cuda else 10)
+    name = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} thread(s)"
+    print(f"device: {name}; torch {torch.__version__}; medians of {args.repeats} x {steps} steps")
+    print(f"{'dataset':10s} {'S':>4s} {'eager ms/step':>14s} {'replay ms/step':>15s} "
+          f"{'speed-up':>9s} {'replay s/seed-epoch':>19s}")
+    for ds in args.datasets.split(","):
+        per_epoch = _steps_per_epoch(ds)
+        for S in sizes:
+            e = statistics.median(step_times(ds, S, "eager", device, steps, args.repeats))
+            r = statistics.median(step_times(ds, S, "replay", device, steps, args.repeats))
+            print(f"{ds:10s} {S:4d} {e * 1e3:14.2f} {r * 1e3:15.2f} {e / r:8.2f}x "
+                  f"{r * per_epoch / S:19.3f}", flush=True)
+
+    if args.recipes:
+        print("\nfull recipes, 10 seeds as one pack (curves and evaluation included)")
+        for ds in args.datasets.split(","):
+            cfg = TrialConfig(dataset=ds, backbone="chebygin", supervision="sup",
+                              seeds=tuple(range(10)), device=device.type)
+            t0 = time.perf_counter()
+            res = run_trial_full(cfg)
+            wall = time.perf_counter() - t0
+            acc = {}
+            for r in res.records:
+                acc.setdefault(r["split"], []).append(r["accuracy"])
+            accs = ", ".join(f"{k} {100 * statistics.mean(v):.1f}" for k, v in acc.items())
+            print(f"{ds:10s} 10 seeds: {wall:8.1f} s ({wall / 10:.1f} s per seed); {accs}",
+                  flush=True)
+
+    for study in filter(None, args.studies.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "ablate.run", f"study={study}",
+                                   f"results_dir={tmp}", "progress=lines"],
+                                  capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            tail = (proc.stdout.strip().splitlines() or [""])[-1]
+            print(f"\nstudy {study}: {wall:.1f} s wall (exit {proc.returncode}); {tail}")
+
+
+if __name__ == "__main__":
+    main()
