@@ -203,14 +203,54 @@ def validate(cfg: TrialConfig) -> None:
         raise ConfigError("scorer_input=prev needs pooling after a layer (pool_layers >= 1)")
     if cfg.supervision != "unsup" and not cfg.pool_layers:
         raise ConfigError(f"supervision={cfg.supervision} needs attention: set pool_layers")
-    if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.test_batch_size < 1:
-        raise ConfigError("epochs, batch_size and test_batch_size must be >= 1")
+    _check_ranges(cfg)
     if not cfg.seeds:
         raise ConfigError("seeds must name at least one seed")
-    if not 0 <= cfg.dropout < 1:
-        raise ConfigError(f"dropout must be in [0, 1), got {cfg.dropout}")
-    if cfg.init_scale <= 0:
-        raise ConfigError(f"init_scale must be > 0, got {cfg.init_scale}")
+
+
+# field -> (test, what is valid): every numeric axis is checked before anything runs
+_RANGES: dict[str, tuple] = {
+    "lr": (lambda v: v > 0, "> 0"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "epochs": (lambda v: v >= 1, ">= 1"),
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "test_batch_size": (lambda v: v >= 1, ">= 1"),
+    "kl_weight": (lambda v: v >= 0, ">= 0"),
+    "init_scale": (lambda v: v > 0, "> 0"),
+    "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "hidden": (lambda v: v >= 0, ">= 0 (0 = no hidden layer)"),
+    "eval_every": (lambda v: v >= 0, ">= 0 (0 = about 50 points)"),
+}
+
+
+def _check_ranges(cfg: TrialConfig) -> None:
+    """Every numeric field in its valid range, or one line naming the field and the range."""
+    for name, (ok, valid) in _RANGES.items():
+        v = getattr(cfg, name)
+        if v is None:
+            continue
+        if (isinstance(v, float) and not math.isfinite(v)) or not ok(v):
+            raise ConfigError(f"{name} must be {valid}, got {v}")
+    bad = [e for e in cfg.lr_decay_epochs if e < 1]
+    if bad:
+        raise ConfigError(f"lr_decay_epochs must be epochs >= 1, got {cfg.lr_decay_epochs}")
+
+
+def inapplicable(cfg: TrialConfig) -> set[str]:
+    """Axes whose value does not change this (resolved) trial: shown blank in trial tables."""
+    out = set()
+    if not cfg.pool_layers:  # global pooling: no attention
+        out |= {"scorer", "scorer_input", "selection", "threshold", "ratio", "normalizer",
+                "kl_weight", "init_dist", "init_scale", "supervision"}
+    elif cfg.selection == "threshold":
+        out.add("ratio")
+    else:
+        out.add("threshold")
+    if cfg.supervision in ("unsup", "gt"):
+        out.add("kl_weight")
+    if cfg.selection == "gao":
+        out |= {"normalizer", "scorer", "scorer_input"}
+    return out
 
 
 def axes(cfg: TrialConfig) -> dict:

@@ -62,6 +62,10 @@ class Summary:
     wall_s: float = 0.0
     results: str = ""
     timings: dict = field(default_factory=dict)  # phase -> seconds (start-up, tune, stop)
+    errors: dict = field(default_factory=dict)  # final error text -> failed trial ids
+    failures_log: str = ""  # path of failures.jsonl
+    storage_error: str = ""  # the first result write that failed (disk full, read-only)
+    signal: str = ""  # SIGINT / SIGTERM that stopped the run
 
     @property
     def interrupted(self) -> bool:
@@ -69,15 +73,38 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        return 130 if self.remaining else (1 if self.failed else 0)
+        """0 complete, 1 trials failed, 3 results could not be written, 130/143 interrupted."""
+        if self.storage_error:
+            return 3
+        if self.remaining:
+            return 143 if self.signal == "SIGTERM" else 130
+        return 1 if self.failed else 0
 
     def line(self) -> str:
-        state = ("interrupted: rerun the same command to resume" if self.remaining
+        state = (f"results could not be written ({self.storage_error}): free space or fix "
+                 "permissions, then rerun the same command to resume" if self.storage_error
+                 else "interrupted: rerun the same command to resume" if self.remaining
                  else f"{len(self.failed)} failed" if self.failed else "complete")
         return (f"study {self.study}: {self.total} trials, {self.ok} run, {self.skipped} "
                 f"skipped (already done), {len(self.failed)} failed, {self.retries} retries, "
                 f"{len(self.remaining)} not run in {self.wall_s:.1f} s ({state}); "
                 f"results in {self.results}")
+
+    def failure_lines(self, limit: int = 5) -> list[str]:
+        """Why trials failed: each distinct final error once, with its count; the log's path."""
+        if not self.errors:
+            return []
+        groups = sorted(self.errors.items(), key=lambda kv: -len(kv[1]))
+        out = []
+        if len(groups) == 1 and len(groups[0][1]) == len(self.failed) > 1:
+            out.append(f"every failed trial ({len(self.failed)}) failed the same way:")
+        for error, ids in groups[:limit]:
+            out.append(f"  {len(ids)} trial(s), e.g. {ids[0]}: {error}")
+        if len(groups) > limit:
+            out.append(f"  ... and {len(groups) - limit} other error(s)")
+        if self.failures_log:
+            out.append(f"every failed attempt: {self.failures_log}")
+        return out
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -125,9 +152,21 @@ def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}{where}"[:500]
 
 
+# Errors a retry cannot fix: a bad config, value or path, a missing device, a bug.
+_DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
+                  NotImplementedError, AssertionError)
+
+
+def _retryable(e: BaseException) -> bool:
+    """Worker deaths, out-of-memory and other runtime faults may pass; config errors never."""
+    from ablate.train import DeviceError
+
+    return not isinstance(e, _DETERMINISTIC + (DeviceError,))
+
+
 def _member_outcome(trial_id: str, res) -> dict:
     """A trial's outcome from its kind's result (records and curves), with the first bad status."""
-    out = {"trial_id": trial_id, "status": "ok", "error": "",
+    out = {"trial_id": trial_id, "status": "ok", "error": "", "retry": True,
            "records": list(res.records), "curves": list(res.curves)}
     bad = [r for r in out["records"] if r.get("status", "ok") != "ok"]
     if bad:
@@ -153,9 +192,9 @@ def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
         out["trial_s"] = time.perf_counter() - t0
         out["members"] = [_member_outcome(m["trial_id"], r) for m, r in zip(members, results)]
     except Exception as e:
-        error = _error_text(e)
+        error, retry = _error_text(e), _retryable(e)
         out["members"] = [{"trial_id": m["trial_id"], "status": "error", "error": error,
-                           "records": [], "curves": []} for m in members]
+                           "retry": retry, "records": [], "curves": []} for m in members]
     return out
 
 
@@ -163,7 +202,8 @@ def trainable(config: dict, blobs: dict | None = None) -> None:
     """Tune function trainable: run one pack (one or more trials), report each attempt.
 
     A trial that raises or returns NaN is retried here, in the same warm actor, up
-    to `max_failures` times; a retry reruns only the pack's trials that failed. Each
+    to `max_failures` times, unless its error is one a retry cannot fix (a bad config
+    value: `_retryable`); a retry reruns only the pack's trials that failed. Each
     attempt is reported as one result, so the driver records it. A dead worker or
     node is retried by Tune's FailureConfig.
     """
@@ -187,13 +227,17 @@ def trainable(config: dict, blobs: dict | None = None) -> None:
         out["meta"] = {**meta, "started_at": started, "finished_at": time.time(),
                        "trial_s": out.pop("trial_s")}
         failed = {m["trial_id"] for m in out["members"] if m["status"] != "ok"}
-        out["final"] = not failed or attempt == last
+        retry = {m["trial_id"] for m in out["members"]
+                 if m["status"] != "ok" and m["retry"] and attempt < last}
+        for m in out["members"]:
+            m["final"] = m["trial_id"] not in retry
+        out["final"] = not retry
         out["status"] = "ok" if not failed else "failed"
         tune.report({"payload": pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL),
                      "trial_status": out["status"]})
-        if not failed:
+        if not retry:
             return
-        pending = [m for m in pending if m["trial_id"] in failed]
+        pending = [m for m in pending if m["trial_id"] in retry]
 
 
 # ----------------------------------------------------------------------------- driver side
@@ -343,25 +387,66 @@ def _blobs(trials: list[Trial], ship: bool) -> dict:
     return out
 
 
+def check_resources_early(study: Study, ray_address: str | None = None) -> None:
+    """Before Ray starts: an embedded Ray gets this machine's CPUs and GPUs, so a trial
+    asking for more can never run (a cluster may still grow: checked once joined)."""
+    if ray_address or os.environ.get("RAY_ADDRESS"):
+        return
+    try:
+        import ray
+
+        if ray.is_initialized():  # a Ray started by the caller: its resources decide
+            return
+    except ImportError:
+        pass
+    spec = study.spec
+    cpus = os.cpu_count() or 1
+    if spec.cpus_per_trial > cpus:
+        raise ConfigError(f"cpus_per_trial={spec.cpus_per_trial:g} but this machine has {cpus} "
+                          f"CPUs; use cpus_per_trial<={cpus}, or join a larger cluster with "
+                          "ray_address=")
+    if spec.gpus_per_trial != "auto" and float(spec.gpus_per_trial) > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if float(spec.gpus_per_trial) > gpus:
+            raise ConfigError(f"gpus_per_trial={spec.gpus_per_trial:g} but this machine has "
+                              f"{gpus} GPUs; use gpus_per_trial=auto or 0, or join a GPU "
+                              "cluster with ray_address=")
+
+
 def run_study(study: Study, results_dir: str | os.PathLike = "results", force: bool = False,
               ray_address: str | None = None, progress: str = "auto",
               stream: TextIO | None = None) -> Summary:
     """Run every trial of `study` not yet complete in the store; see the module docstring."""
-    from ablate.store import Store
+    from ablate.store import FAILURES, Store, StoreError
 
     t_start = time.time()
     stream = stream or sys.stderr
     check_devices(study, ray_address)
+    check_resources_early(study, ray_address)
     store = Store(results_dir, study.name)
-    summary = Summary(study.name, len(study.trials), results=str(store.dir))
+    summary = Summary(study.name, len(study.trials), results=str(store.dir),
+                      failures_log=str(store.dir / FAILURES))
+    if not store.writable():  # a read-only archive: re-check it, run nothing
+        status = store.scan()
+        todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
+        if todo:
+            raise StoreError(f"the result store {store.dir} is read-only and {len(todo)} of "
+                             f"{len(study.trials)} trials are still to run; choose a writable "
+                             "results_dir=")
+        summary.skipped = len(study.trials)
+        summary.wall_s = time.time() - t_start
+        return summary
     store.lock()
     try:
         store.clean_temp()
-        store.write_plan([t.trial_id for t in study.trials])
         status = store.scan()
         todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
         summary.skipped = len(study.trials) - len(todo)
-        if todo:
+        if not todo:
+            store.write_plan([t.trial_id for t in study.trials])
+        else:
             address = ray_address or os.environ.get("RAY_ADDRESS") or None
             t0 = time.time()
             local = [_reads_local_files(t) for t in todo]
@@ -375,8 +460,10 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
                 summary.timings["datasets"] = time.time() - t0
                 started = ray_start.wait()
                 summary.timings["ray_start"] = ray_start.seconds
-                _run_tune(study, todo, splits, store, summary, embedded=started and not address,
-                          progress=progress, stream=stream)
+                with _sigterm_as_interrupt(summary):
+                    _run_tune(study, todo, splits, store, summary,
+                              embedded=started and not address, progress=progress,
+                              stream=stream, t_start=t_start)
             finally:
                 if ray_start.wait(raise_errors=False):
                     import ray
@@ -389,6 +476,54 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
         store.unlock()
         summary.wall_s = time.time() - t_start
     return summary
+
+
+class _sigterm_as_interrupt:
+    """While Tune runs, SIGTERM (timeout, docker stop, batch schedulers) stops the study the
+    way Ctrl-C does: trials in flight end, what finished is kept, a rerun resumes."""
+
+    def __init__(self, summary: Summary):
+        self.summary, self.previous = summary, None
+
+    def _handler(self, signum, frame) -> None:
+        import signal
+
+        self.summary.signal = "SIGTERM"
+        os.kill(os.getpid(), signal.SIGINT)  # Tune's graceful stop
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def clean_tune_leftovers(prefix: str = "ablate-tune-") -> int:
+    """Remove Tune experiment folders of runs whose driver died (SIGKILL): pid in the name."""
+    n = 0
+    for p in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        parts = p.name[len(prefix):].split("-")
+        pid = next((int(x[3:]) for x in parts if x.startswith("pid") and x[3:].isdigit()), None)
+        if pid is None or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # that driver is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        n += 1
+    return n
 
 
 class _RayStarter:
@@ -428,20 +563,23 @@ class _RayStarter:
 
 
 def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,
-              embedded: bool, progress: str, stream: TextIO) -> None:
+              embedded: bool, progress: str, stream: TextIO, t_start: float | None = None) -> None:
     import ray
     from ray import tune
 
-    storage = tempfile.mkdtemp(prefix=f"ablate-tune-{study.name}-")
+    clean_tune_leftovers()
+    storage = tempfile.mkdtemp(prefix=f"ablate-tune-{study.name}-pid{os.getpid()}-")
     try:
         gpus = gpus_per_trial(study.spec.gpus_per_trial)
         _check_resources(study, gpus, embedded=embedded, stream=stream)
+        store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
         ship = not embedded or len(ray.nodes()) > 1
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")
         packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))
         payloads = [_payload(pk, spec, cache) for pk in packs]
-        display = Progress(study.name, len(todo), summary.skipped, progress, stream)
+        display = Progress(study.name, len(todo), summary.skipped, progress, stream,
+                           t0=t_start)
         callback = _StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
                                   {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs})
         resources = {"cpu": spec.cpus_per_trial, "gpu": gpus}
@@ -455,6 +593,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
                                         trial_dirname_creator=_trial_name),
             run_config=tune.RunConfig(
                 name=study.name, storage_path=storage, verbose=0, callbacks=[callback],
+                stop=_StorageStop(callback),
                 failure_config=tune.FailureConfig(max_failures=spec.max_failures),
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
                 log_to_file=False),
@@ -471,8 +610,30 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         summary.failed = sorted(k for k, s in callback.final.items() if s != "ok")
         summary.remaining = sorted(t.trial_id for t in todo if t.trial_id not in callback.final)
         summary.retries = callback.retries
+        summary.storage_error = callback.storage_error
+        for tid, error in sorted(callback.errors.items()):
+            summary.errors.setdefault(error, []).append(tid)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
+
+
+def _tune_stopper_base():
+    from ray import tune
+
+    return tune.Stopper
+
+
+class _StorageStop(_tune_stopper_base()):
+    """Stops the whole study once a result could not be written (disk full, read-only)."""
+
+    def __init__(self, callback: _StoreCallback):
+        self.callback = callback
+
+    def __call__(self, trial_id, result) -> bool:
+        return bool(self.callback.storage_error)
+
+    def stop_all(self) -> bool:
+        return bool(self.callback.storage_error)
 
 
 def _trial_name(trial) -> str:
@@ -500,8 +661,10 @@ class _StoreCallback(_tune_callback_base()):
         self.packs = packs  # pack id -> member trial ids
         self.ray_version = ray.__version__
         self.final: dict[str, str] = {}  # trial id -> final status (ok / error / nan)
+        self.errors: dict[str, str] = {}  # trial id -> final error text
         self.attempts: dict[str, int] = {}  # trial id -> attempts recorded so far
         self.retries = 0
+        self.storage_error = ""  # first failed result write: the study stops (`_StorageStop`)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         for tid in self.packs[_tid(trial)]:
@@ -518,13 +681,17 @@ class _StoreCallback(_tune_callback_base()):
             rows = records or self._error_rows(tid, m["status"], m["error"])
             attempt = self._write(tid, rows, m["curves"] if records else [], out["meta"],
                                   pack_id)
+            if attempt is None:  # not stored: the trial stays to do, the study stops
+                self.display.retry(tid)
+                continue
             if m["status"] == "ok":
                 self.final[tid] = "ok"
                 self.display.finish(tid, "ok")
                 continue
             self._log(tid, attempt, m["status"], m["error"], out["meta"])
-            if out["final"]:
+            if m.get("final", out["final"]):
                 self.final[tid] = m["status"]
+                self.errors[tid] = m["error"] or m["status"]
                 self.display.finish(tid, "failed")
             else:
                 self.retries += 1
@@ -548,9 +715,12 @@ class _StoreCallback(_tune_callback_base()):
             if tid in self.final:  # already recorded as finished
                 continue
             attempt = self._write(tid, self._error_rows(tid, "error", error), [], {}, pack_id)
+            if attempt is None:
+                continue
             self._log(tid, attempt, "error", error, {})
             if final:
                 self.final[tid] = "error"
+                self.errors[tid] = error
                 self.display.finish(tid, "failed")
             else:
                 self.retries += 1
@@ -568,22 +738,34 @@ class _StoreCallback(_tune_callback_base()):
                 for s in getattr(t.config, "seeds", (0,)) for sp in splits]
 
     def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict,
-               pack_id: str) -> int:
+               pack_id: str) -> int | None:
+        """Store one attempt's rows; its attempt number, or None if the write failed."""
         from ablate.store import now_iso
 
-        attempt = self.attempts[tid] = self.attempts.get(tid, 0) + 1
+        if self.storage_error:
+            return None
+        attempt = self.attempts.get(tid, 0) + 1
         extra = {"attempt": attempt, "created_at": now_iso(), "ray_version": self.ray_version,
                  "trial_s": meta.get("trial_s", float("nan")), "node": meta.get("node", ""),
                  "node_id": meta.get("node_id", ""), "gpu_ids": meta.get("gpu_ids", ""),
                  "started_at": meta.get("started_at", float("nan")),
                  "finished_at": meta.get("finished_at", float("nan")), "pack_id": pack_id,
                  "pack_trials": len(self.packs[pack_id])}
-        self.store.write(tid, rows, curves, extra)
+        try:
+            self.store.write(tid, rows, curves, extra)
+        except OSError as e:  # disk full, read-only, gone: stop the study cleanly
+            self.storage_error = f"{e.strerror or type(e).__name__} writing {self.store.dir}"
+            return None
+        self.attempts[tid] = attempt
         return attempt
 
     def _log(self, tid: str, attempt: int, status: str, error: str, meta: dict) -> None:
-        self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
-                                "error": error, "node": meta.get("node", "")})
+        try:
+            self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
+                                    "error": error, "node": meta.get("node", "")})
+        except OSError as e:
+            self.storage_error = self.storage_error or \
+                f"{e.strerror or type(e).__name__} writing {self.store.dir}"
 
 
 def _tid(trial) -> str:
@@ -611,7 +793,8 @@ class Progress:
     """One live status line: done / running / failed / skipped, ETA."""
 
     def __init__(self, study: str, todo: int, skipped: int, mode: str = "auto",
-                 stream: TextIO | None = None, every_s: float = 2.0, heartbeat_s: float = 60.0):
+                 stream: TextIO | None = None, every_s: float = 2.0, heartbeat_s: float = 60.0,
+                 t0: float | None = None):
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "lines"
@@ -619,7 +802,7 @@ class Progress:
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
         self.running: set[str] = set()
         self.done = self.failed = self.retries = 0
-        self.t0 = time.time()
+        self.t0 = t0 or time.time()  # the run's start: Ray's start-up counts too
         self._last = 0.0
         self._last_counts: tuple = ()
         self._first_done: float | None = None  # ETA runs from here: start-up is not a trial
@@ -657,9 +840,9 @@ class Progress:
         else:
             eta = _fmt(el * left) if finished else "--"
         retry = f", {self.retries} retried" if self.retries else ""
-        return (f"[{self.study}] {finished}/{self.todo} done ({self.failed} failed{retry}), "
-                f"{len(self.running)} running, {self.skipped} skipped | {_fmt(el)} elapsed, "
-                f"ETA {eta}")
+        return (f"[{self.study}] {finished}/{self.todo} finished: {self.done} ok, {self.failed} "
+                f"failed{retry}, {len(self.running)} running, {self.skipped} skipped | "
+                f"{_fmt(el)} elapsed, ETA {eta}")
 
     def refresh(self, force: bool = False) -> None:
         if self.mode == "none":

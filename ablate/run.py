@@ -3,9 +3,11 @@
 Overrides use Hydra's syntax (``key=value``, ``+new=value``, ``~key``, sweeps
 ``seed=range(0,10)`` / ``backbone=gin,chebygin`` that expand the grid).
 ``--help`` lists the studies and every key with its allowed values;
-``dry_run=true`` prints the trial table and count. Exit codes: 0 every trial
-complete, 1 some trials failed after their retries, 2 bad study / key / value
-(one line naming the valid choices), 130 interrupted (rerun to resume).
+``dry_run=true`` prints the trial table and count; ``verify=true`` checks every
+result file. Exit codes: 0 every trial complete, 1 some trials failed after their
+retries (the console says why), 2 bad study / key / value / path / store (one line
+naming the valid choices), 3 results could not be written (disk full, read-only;
+rerun to resume), 130 interrupted by Ctrl-C and 143 by SIGTERM (rerun to resume).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+from pathlib import Path
 
 from ablate.errors import ConfigError
 from ablate.study import (
@@ -140,11 +143,19 @@ def main(argv: list[str] | None = None) -> int:
 
             return search_main(_study_name(argv), argv)
         study, options = build_study(_study_name(argv), argv)
-        from ablate.execution import check_devices, run_study
+        from ablate.execution import check_devices, check_resources_early, run_study
+        from ablate.store import Store
 
+        if options["verify"]:
+            return verify(study, options)
         check_devices(study, options["ray_address"])
+        check_resources_early(study, options["ray_address"])
+        writable = Store(options["results_dir"], study.name).writable()  # or exit 2 here
         if options["dry_run"]:
             print(dry_run(study, options))
+            if not writable:
+                print(f"note: {Path(options['results_dir']) / study.name} is read-only: a run "
+                      "can only re-check it")
             return 0
 
         summary = run_study(study, options["results_dir"], force=options["force"],
@@ -156,7 +167,25 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return 130
     print(summary.line())
+    for line in summary.failure_lines():
+        print(line, file=sys.stderr)
     return summary.exit_code
+
+
+def verify(study, options) -> int:
+    """`verify=true`: every trial and curves file of the study read whole; problems listed."""
+    from ablate.store import Store
+
+    store = Store(options["results_dir"], study.name)
+    problems = store.verify()
+    n = len(store.trial_files())
+    for p in problems:
+        print(p)
+    planned = {t.trial_id for t in study.trials}
+    done = {p.stem for p in store.trial_files()} & planned
+    print(f"{store.dir}: {n} trial files, {len(problems)} problem(s); {len(done)} of "
+          f"{len(planned)} planned trials have a file")
+    return 2 if problems else 0
 
 
 if __name__ == "__main__":

@@ -64,20 +64,55 @@ class Store:
         return sorted(p for p in self.trials_dir.glob("*.parquet") if not p.name.startswith("."))
 
     def scan(self) -> dict[str, str]:
-        """trial_id -> 'ok' (every row ok) or the first failed status, for every trial file."""
-        out = {}
+        """trial_id -> 'ok' (every row ok) or the first failed status, for every trial file.
+
+        Every trial and curves file is read whole; if any is foreign, unreadable or damaged
+        a `StoreError` names them all (`verify` lists them one per line). Nothing is modified.
+        """
+        out, problems = self._check()
+        if problems:
+            first = "; ".join(problems[:3])
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise StoreError(f"{len(problems)} problem file(s) in {self.dir}: {first}{more}; "
+                             f"list them all with verify=true")
+        return out
+
+    def verify(self) -> list[str]:
+        """One line per problem file of the study (trials and curves); empty when all is well."""
+        return self._check()[1]
+
+    def _check(self) -> tuple[dict[str, str], list[str]]:
+        out: dict[str, str] = {}
+        problems: list[str] = []
         for path in self.trial_files():
-            table = _read_checked(path, columns=["study", "trial_id", "status"])
+            try:
+                table = _read_checked(path)
+            except StoreError as e:
+                problems.append(str(e))
+                continue
             ids = set(table.column("trial_id").to_pylist())
             studies = set(table.column("study").to_pylist())
             if ids != {path.stem} or studies != {self.study}:
-                raise StoreError(f"{path}: holds trial {sorted(ids)} of study {sorted(studies)}, "
-                                 f"not {path.stem} of {self.study}; move it out of "
-                                 f"{self.trials_dir} or use another results_dir=")
+                problems.append(f"{path}: holds trial {sorted(ids)} of study {sorted(studies)}, "
+                                f"not {path.stem} of {self.study}; move it out of "
+                                f"{self.trials_dir}")
+                continue
             statuses = table.column("status").to_pylist()
-            bad = [s for s in statuses if s != "ok"]
-            out[path.stem] = bad[0] if bad else ("ok" if statuses else "error")
-        return out
+            bad = [x for x in statuses if x not in STATUSES]
+            if bad:
+                problems.append(f"{path}: unknown status {bad[0]!r}; delete it to rerun that trial")
+                continue
+            failed = [x for x in statuses if x != "ok"]
+            out[path.stem] = failed[0] if failed else ("ok" if statuses else "error")
+        if self.curves_dir.is_dir():
+            for path in sorted(self.curves_dir.glob("*.parquet")):
+                if path.name.startswith("."):
+                    continue
+                try:
+                    _read_checked(path, required=CURVE_KEYS)
+                except StoreError as e:
+                    problems.append(str(e))
+        return out, problems
 
     def completed(self) -> set[str]:
         """Ids of trials whose every row has status ok."""
@@ -91,16 +126,22 @@ class Store:
               extra: dict | None = None) -> Path:
         """Write a trial's rows (and curves) atomically; `extra` columns go on every row."""
         extra = {"study": self.study, "trial_id": trial_id, "attempt": 1, **(extra or {})}
-        if curves:
-            cur = [{**{k: extra[k] for k in ("study", "trial_id", "attempt") if k in extra}, **c}
-                   for c in curves]
-            atomic_write(_frame(cur, CURVE_KEYS), self.curves_dir / f"{trial_id}.parquet")
         rows = [{**r, **extra} for r in records]
         for r in rows:
             if r.get("status") not in STATUSES:
                 raise ValueError(f"status must be one of {STATUSES}, got {r.get('status')!r}")
             r.setdefault("error", "")
-        return atomic_write(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
+        curves_path = self.curves_dir / f"{trial_id}.parquet"
+        if curves:
+            cur = [{**{k: extra[k] for k in ("study", "trial_id", "attempt") if k in extra}, **c}
+                   for c in curves]
+            atomic_write(_frame(cur, CURVE_KEYS), curves_path)
+        try:
+            return atomic_write(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
+        except BaseException:
+            if curves:  # no curves without their trial file (the trial file commits both)
+                curves_path.unlink(missing_ok=True)
+            raise
 
     def write_plan(self, trial_ids: list[str]) -> Path:
         """Record the trial ids the current run plans (plan.json), so a report lists missing ones.
@@ -116,23 +157,32 @@ class Store:
         line = json.dumps({"time": now_iso(), **entry}, default=str)
         with open(self.dir / FAILURES, "a") as f:
             f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
-    def clean_temp(self, older_than_s: float = 60.0) -> int:
-        """Remove temp files left by a killed writer (ours only: '.NAME.*.tmp')."""
+    def clean_temp(self, older_than_s: float = 0.0) -> int:
+        """Remove temp files left by a killed writer (ours only: '.NAME.*.tmp').
+
+        Only the holder of `lock` writes here, so under the lock every temp file is a leftover.
+        """
         n = 0
         for d in (self.trials_dir, self.curves_dir):
             if not d.is_dir():
                 continue
             for p in d.iterdir():
-                if _TMP.match(p.name) and time.time() - p.stat().st_mtime > older_than_s:
+                if _TMP.match(p.name) and time.time() - p.stat().st_mtime >= older_than_s:
                     p.unlink(missing_ok=True)
                     n += 1
         return n
 
     def lock(self) -> None:
         """Hold an exclusive lock on the study folder for this process (released on exit)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot write to the result store {self.dir} ({e.strerror}); "
+                             "choose a writable results_dir=") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -140,6 +190,24 @@ class Store:
             raise StoreError(f"another run is writing to {self.dir}; wait for it to finish or "
                              "use another results_dir=") from None
         self._lock_fd = fd
+
+    def writable(self) -> bool:
+        """Whether the study folder exists or can be created, and a file can be written there.
+
+        Raises `StoreError` when the folder does not exist and cannot be created.
+        """
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"results_dir={self.root}: cannot create {self.dir} "
+                             f"({e.strerror}); choose a writable folder") from None
+        probe = self.dir / f".probe.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+            return True
+        except OSError:
+            return False
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
@@ -175,26 +243,49 @@ def _replace(path: Path, write) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)  # the rename itself survives a power loss
     return path
 
 
-def _read_checked(path: Path, columns: list[str] | None = None) -> pa.Table:
-    """Read an ablate Parquet file, or raise a one-line StoreError for foreign/corrupt files."""
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+def _read_checked(path: Path, columns: list[str] | None = None,
+                  required: tuple[str, ...] = REQUIRED) -> pa.Table:
+    """Read an ablate Parquet file, or raise a one-line StoreError for foreign/corrupt files.
+
+    A file whose name is not a trial id is foreign (move it out); a damaged file of a trial
+    can be deleted to rerun that trial.
+    """
+    mine = bool(_TRIAL_ID.match(path.stem))
+    fix = ("delete it to rerun that trial" if mine
+           else f"not written by ablate: move it out of {path.parent}")
     try:
         schema = pq.read_schema(path)
     except Exception as e:
-        raise StoreError(f"{path}: not a readable Parquet file ({type(e).__name__}); delete it "
-                         "to rerun that trial, or use another results_dir=") from None
-    missing = [c for c in REQUIRED if c not in schema.names]
+        raise StoreError(f"{path}: not a readable Parquet file ({type(e).__name__}); "
+                         f"{fix}") from None
+    missing = [c for c in required if c not in schema.names]
     if missing:
         raise StoreError(f"{path}: not an ablate result file (missing columns "
-                         f"{', '.join(missing)}); move it out of {path.parent} or use another "
-                         "results_dir=")
+                         f"{', '.join(missing)}); move it out of {path.parent}")
     try:
         return pq.read_table(path, columns=columns)
     except Exception as e:
-        raise StoreError(f"{path}: corrupt Parquet data ({type(e).__name__}); delete it to rerun "
-                         "that trial, or use another results_dir=") from None
+        raise StoreError(f"{path}: corrupt Parquet data ({type(e).__name__}); {fix}") from None
 
 
 def _read_folder(folder: Path, check: bool) -> pd.DataFrame:

@@ -53,6 +53,7 @@ RUN_KEYS: dict[str, tuple[Any, str]] = {
     "study": (None, "study to run: the name of a file studies/NAME.yaml"),
     "results_dir": ("results", "result store root; results go to RESULTS_DIR/STUDY/"),
     "dry_run": (False, "print the trial table and count, then exit"),
+    "verify": (False, "read every result file of the study, list every problem, then exit"),
     "force": (False, "rerun trials that are already complete in the store"),
     "ray_address": (None, "join this Ray cluster ('auto' or host:port); default: "
                           "$RAY_ADDRESS, else start an embedded local Ray"),
@@ -315,7 +316,7 @@ def _set_axis(spec: StudySpec, grid_key: str, value: Any, sweep: bool, delete: b
 
 
 def _run_option(key: str, value: Any) -> Any:
-    if key in ("dry_run", "force"):
+    if key in ("dry_run", "force", "verify"):
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value
@@ -452,6 +453,20 @@ def make_trial(kind: str, cfg: Any) -> Trial:
     return Trial(trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
 
 
+def _drop_unused_required(kind: str, axes: dict) -> dict:
+    """A required dataset parameter (``data.KEY: ???``) the trial's dataset does not take is
+    dropped: `study=mnist dataset=digits_sp` (offline digits) needs no MNIST path."""
+    if not TRIAL_KINDS[kind].datasets or not isinstance(axes.get("dataset"), str):
+        return axes
+    from ablate.data import DATASETS, dataset_params
+
+    if axes["dataset"] not in DATASETS:
+        return axes  # validation names the valid datasets
+    takes = dataset_params(axes["dataset"])
+    return {k: v for k, v in axes.items()
+            if not (k.startswith("data.") and v == "???" and k[5:] not in takes)}
+
+
 def expand(spec: StudySpec) -> list[Trial]:
     """Every trial of the study: variants x grid x seed chunks, resolved, deduplicated."""
     grid_keys = list(spec.grid)
@@ -465,7 +480,7 @@ def expand(spec: StudySpec) -> list[Trial]:
         seeds = _seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
         chunks = [tuple(seeds[i:i + step]) for i in range(0, len(seeds), step)]
         for combo in combos:
-            base = {**fixed, **variant, **combo}
+            base = _drop_unused_required(spec.kind, {**fixed, **variant, **combo})
             missing = [k for k, v in base.items() if v == "???"]
             if missing:
                 raise ConfigError(f"study {spec.name} needs {missing[0]}=VALUE on the command "
@@ -489,27 +504,55 @@ def trial_table(study: Study, done: set[str] = frozenset()):
     """The trials as a DataFrame: trial_id, the axes that vary, seeds, and whether done."""
     import pandas as pd
 
-    from ablate.config import axes
+    from ablate.config import axes, inapplicable
 
     rows = []
     for t in study.trials:
         a = axes(t.config)
         a.pop("study", None)
+        if hasattr(t.config, "pool_layers"):  # graph trials: blank what does not apply
+            for k in inapplicable(t.config):
+                a[k] = None
+            a["pool_layers"] = a["pool_layers"] or "global"
+        a["seeds"] = _seed_text(getattr(t.config, "seeds", ()))
         rows.append({"trial_id": t.trial_id, **a, "done": t.trial_id in done})
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    varying = [c for c in df.columns
-               if c in ("trial_id", "seeds", "done") or df[c].astype(str).nunique() > 1]
-    return df[varying]
+    varying = [c for c in df.columns if c in ("trial_id", "seeds", "done")
+               or df[c].dropna().astype(str).nunique() > 1]
+    return df[varying].astype(object).where(df[varying].notna(), "").rename(columns=_SHORT)
+
+
+_SHORT = {"aggregation": "agg", "scorer_input": "input", "supervision": "superv",
+          "lr_decay_epochs": "lr_decay", "init_dist": "init", "init_scale": "scale"}
+
+
+def _seed_text(seeds) -> str:
+    """'0-4' for a run of consecutive seeds, else '0,3,7'."""
+    seeds = list(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(str(s) for s in seeds)
 
 
 def fixed_axes(study: Study) -> dict:
     """Axes with one value across every trial (shown above the dry-run table)."""
-    from ablate.config import axes
+    from ablate.config import axes, inapplicable
 
     if not study.trials:
         return {}
-    rows = [axes(t.config) for t in study.trials]
-    return {k: v for k, v in rows[0].items()
-            if k not in ("study", "seeds") and all(str(r.get(k)) == str(v) for r in rows)}
+    rows = []
+    for t in study.trials:
+        a = axes(t.config)
+        skip = inapplicable(t.config) if hasattr(t.config, "pool_layers") else set()
+        rows.append({k: v for k, v in a.items() if k not in skip})
+    out = {}
+    for k in rows[0].keys() | {k for r in rows for k in r}:
+        values = {str(r[k]) for r in rows if k in r}
+        if k not in ("study", "seeds") and len(values) == 1:
+            v = next(r[k] for r in rows if k in r)
+            if v not in ("{}", ""):
+                out[k] = v
+    order = list(axes(study.trials[0].config))
+    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))

@@ -88,7 +88,7 @@ def test_nan_and_raising_trials_are_recorded_retried_and_reported(env):
     assert s.failed == sorted([fault["raise"], fault["nan"]])
     assert s.retries == 3  # raise, nan and raise_once were each retried once
     assert "2 failed" in s.line() and str(env / "results" / "faults") in s.line()
-    assert "4/4 done (2 failed, 3 retried)" in out.getvalue()
+    assert "4/4 finished: 2 ok, 2 failed, 3 retried" in out.getvalue()
 
     df = _check_one_row_set_per_trial(study, env / "results")
     by = {f: df[df.trial_id == tid] for f, tid in fault.items()}

@@ -119,7 +119,7 @@ def test_smoke_study_end_to_end_then_rerun_skips(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "16 trials, 16 run, 0 skipped" in done.stdout and "(complete)" in done.stdout
     assert done.stdout.count("\n") == 1  # one summary line on stdout
-    assert "[smoke] 16/16 done (0 failed)" in done.stderr  # the progress display
+    assert "[smoke] 16/16 finished: 16 ok, 0 failed" in done.stderr  # the progress display
     assert "WARNING" not in done.stderr and "Traceback" not in done.stderr
 
     df = read_trials(tmp_path / "r", "smoke")
@@ -164,7 +164,7 @@ def test_progress_display_modes():
     p.close()
     out = bar.getvalue()
     assert "\r\033[K" in out and out.endswith("\n") and out.count("\n") == 1  # one live line
-    assert "[s] 2/3 done (1 failed, 1 retried), 0 running, 2 skipped" in out
+    assert "[s] 2/3 finished: 1 ok, 1 failed, 1 retried, 0 running, 2 skipped" in out
     assert "ETA" in out
 
     log = io.StringIO()
@@ -173,7 +173,7 @@ def test_progress_display_modes():
     q.finish("a", "ok")
     q.close()
     lines = log.getvalue().splitlines()
-    assert lines[-1].startswith("[s] 1/2 done (0 failed), 0 running") and "\r" not in log.getvalue()
+    assert lines[-1].startswith("[s] 1/2 finished: 1 ok, 0 failed, 0 running") and "\r" not in log.getvalue()
     silent = io.StringIO()
     r = Progress("s", todo=1, skipped=0, mode="none", stream=silent)
     r.start("a")

@@ -78,8 +78,12 @@ def test_foreign_or_corrupt_files_are_rejected_and_left_alone(tmp_path, kind):
     with pytest.raises(StoreError) as e:
         store.scan()
     msg = str(e.value)
-    assert "\n" not in msg and bad.name in msg and "results_dir=" in msg
+    assert "\n" not in msg and bad.name in msg and "verify=true" in msg
     assert {p.name: _digest(p) for p in store.trials_dir.iterdir()} == before
+    problems = store.verify()
+    assert len(problems) == 1 and bad.name in problems[0]
+    if kind in ("foreign", "empty"):  # not named like a trial: never called one
+        assert "rerun that trial" not in problems[0]
 
 
 def test_atomic_write_never_leaves_a_torn_file(tmp_path, monkeypatch):
@@ -107,8 +111,9 @@ def test_clean_temp_and_lock(tmp_path):
     new.write_bytes(b"x")
     past = time.time() - 3600
     os.utime(old, (past, past))
-    assert store.clean_temp() == 1
+    assert store.clean_temp(older_than_s=60) == 1
     assert not old.exists() and new.exists()
+    assert store.clean_temp() == 1 and not new.exists()  # under the lock: every leftover
     assert store.completed() == {"t"}  # temp files are never read as results
     store.lock()
     other = Store(tmp_path, "s")
@@ -141,3 +146,51 @@ def test_plan_lists_trials_the_report_finds_missing(tmp_path):
     study = load_study("s1", tmp_path / "s1")
     assert study.planned == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
     assert set(study.planned) - set(study.trials.trial_id) == {"bbbbbbbbbbbb"}
+
+
+def test_verify_lists_every_bad_trial_and_curves_file(tmp_path):
+    store = Store(tmp_path, "s")
+    for tid in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"):
+        store.write(tid, _rows(), curves=[{"seed": 0, "epoch": 1, "train_loss": 1.0}])
+    (store.trials_dir / "aaaaaaaaaaaa.parquet").write_bytes(b"garbage")
+    (store.trials_dir / "notes.parquet").write_bytes(b"")
+    data = (store.curves_dir / "bbbbbbbbbbbb.parquet").read_bytes()
+    (store.curves_dir / "bbbbbbbbbbbb.parquet").write_bytes(data[: len(data) // 2])
+    problems = store.verify()
+    assert len(problems) == 3
+    text = "\n".join(problems)
+    assert "aaaaaaaaaaaa.parquet" in text and "notes.parquet" in text
+    assert "curves/bbbbbbbbbbbb.parquet" in text
+    with pytest.raises(StoreError, match="3 problem file"):
+        store.scan()
+
+
+def test_a_failed_trial_write_leaves_no_curves(tmp_path, monkeypatch):
+    import ablate.store as st
+
+    store = Store(tmp_path, "s")
+    real = st.atomic_write
+
+    def full_disk(table, path):
+        if path.parent.name == "trials":
+            raise OSError(28, "No space left on device")
+        return real(table, path)
+
+    monkeypatch.setattr(st, "atomic_write", full_disk)
+    with pytest.raises(OSError):
+        store.write("aaaaaaaaaaaa", _rows(), curves=[{"seed": 0, "epoch": 1}])
+    assert not list(store.curves_dir.glob("*.parquet"))
+
+
+def test_read_only_store_gives_one_line(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root ignores file permissions")
+    store = Store(tmp_path, "s")
+    store.write("aaaaaaaaaaaa", _rows())
+    os.chmod(store.dir, 0o555)
+    try:
+        assert not store.writable()
+        with pytest.raises(StoreError, match="cannot write"):
+            store.lock()
+    finally:
+        os.chmod(store.dir, 0o755)

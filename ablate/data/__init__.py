@@ -25,7 +25,7 @@ from ablate.data.graphs import GraphSet
 from ablate.errors import ConfigError, choice_error
 
 __all__ = ["DATASETS", "GraphSet", "load_dataset", "load_graphsets", "resolve_params",
-           "dataset_recipe_hash"]
+           "dataset_params", "dataset_recipe_hash"]
 
 
 def _registry() -> dict[str, Callable[..., dict[str, GraphSet]]]:
@@ -43,6 +43,15 @@ def _registry() -> dict[str, Callable[..., dict[str, GraphSet]]]:
 
 
 DATASETS = ("colors", "triangles", "mnist_sp", "digits_sp", "proteins", "dd", "collab")
+
+
+def dataset_params(name: str) -> set[str]:
+    """Names of the recipe parameters dataset `name` takes (its generator's keywords)."""
+    if name not in DATASETS:
+        raise choice_error("dataset", name, DATASETS)
+    sig = inspect.signature(_registry()[name])
+    return {k for k, p in sig.parameters.items()
+            if p.default is not inspect.Parameter.empty and k != "progress"}
 
 
 def resolve_params(name: str, params: dict | None = None) -> dict:

@@ -41,6 +41,7 @@ def cache_path(name: str, params: dict) -> Path:
 def save_splits(path: Path, splits: dict[str, GraphSet], meta: dict) -> None:
     """Write all splits to `path` atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {**meta, "splits": list(splits)}  # the generator's order: train, val, test_orig, ...
     arrays: dict[str, np.ndarray] = {"__meta__": np.array(json.dumps(meta, default=str))}
     for split, gs in splits.items():
         arrays.update(gs.to_arrays(split))
@@ -58,5 +59,7 @@ def load_splits(path: Path) -> dict[str, GraphSet]:
     """Read every split saved by `save_splits`."""
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
-    splits = sorted({k.split("/")[0] for k in arrays if "/" in k})
+    names = {k.split("/")[0] for k in arrays if "/" in k}
+    order = json.loads(str(arrays["__meta__"])).get("splits", []) if "__meta__" in arrays else []
+    splits = [s for s in order if s in names] + sorted(names - set(order))
     return {s: GraphSet.from_arrays(arrays, s) for s in splits}
