@@ -126,3 +126,12 @@ def faulty_pack(cfgs):
         return train.run_pack_full(cfgs)
     finally:
         batched.MemberStack.__init__ = init
+
+
+def config_error_trial(cfg):
+    """Fails the way a bad config does inside a worker: a ValueError, on every attempt."""
+    extra = _extra(cfg)
+    folder = Path(extra["marker_dir"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"attempt-{cfg.seeds[0]}-{time.time_ns()}").touch()
+    raise ValueError("injected: kl_weight cannot be used with this scorer")

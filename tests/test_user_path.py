@@ -1,0 +1,225 @@
+"""A researcher's mistakes and accidents, through the command line (`ablate.run.main`, the
+`python -m ablate.run` entry) and on a real local Ray: each one gets one line and the
+right exit code, and nothing in the store is lost."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+
+from ablate.execution import clean_tune_leftovers, run_study, start_ray  # noqa: E402
+from ablate.run import main  # noqa: E402
+from ablate.store import PLAN, Store, StoreError, read_trials  # noqa: E402
+from ablate.study import TRIAL_KINDS, Study, StudySpec, TrialKind, expand  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TINY = {"n_train": 40, "n_val": 40, "n_test": 40, "n_max_large": 40}
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT)]))
+    monkeypatch.syspath_prepend(str(TESTS))
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _one_line_error(capsys, argv, *words) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_uncreatable_results_dir(capsys, dry):
+    _one_line_error(capsys, ["study=smoke", "results_dir=/proc/forbidden/x",
+                             f"dry_run={str(dry).lower()}"], "results_dir=/proc/forbidden/x")
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("lr=-0.1", ["lr must be > 0"]), ("weight_decay=-1", ["weight_decay must be >= 0"]),
+    ("epochs=0", ["epochs must be >= 1"]), ("batch_size=0", ["batch_size must be >= 1"]),
+    ("kl_weight=-1", ["kl_weight must be >= 0"]), ("init_scale=0", ["init_scale must be > 0"]),
+    ("dropout=1.0", ["dropout must be in [0, 1)"]), ("eval_every=-2", ["eval_every"]),
+    ("lr=nan", ["lr must be > 0"]), ("hidden=-3", ["hidden must be >= 0"]),
+    ("lr_decay_epochs=[0]", ["lr_decay_epochs"]),
+])
+def test_numeric_ranges_are_checked_up_front(capsys, tmp_path, arg, words):
+    _one_line_error(capsys, ["study=smoke", arg, f"results_dir={tmp_path}"], *words)
+    assert not (tmp_path / "smoke" / PLAN).exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_device_cuda_without_cuda_is_an_error(capsys, tmp_path):
+    for dry in ("true", "false"):
+        _one_line_error(capsys, ["study=smoke", "device=cuda", f"dry_run={dry}",
+                                 f"results_dir={tmp_path}"], "device=cuda")
+    assert not ray.is_initialized()
+
+
+def test_offline_digits_need_no_path(capsys, tmp_path):
+    assert main(["study=mnist", "dataset=digits_sp", "dry_run=true",
+                 f"results_dir={tmp_path}"]) == 0
+    assert "90 trials" in capsys.readouterr().out
+    _one_line_error(capsys, ["study=mnist", "dry_run=true", f"results_dir={tmp_path}"],
+                    "data.path")
+
+
+def test_too_many_cpus_refused_before_ray_and_plan_kept(capsys, tmp_path):
+    store = Store(tmp_path, "smoke")
+    store.write_plan(["aaaaaaaaaaaa"])
+    before = (store.dir / PLAN).read_bytes()
+    t0 = time.time()
+    err = _one_line_error(capsys, ["study=smoke", "cpus_per_trial=100",
+                                   f"results_dir={tmp_path}"], "cpus_per_trial=100")
+    assert f"this machine has {os.cpu_count()} CPUs" in err  # checked before Ray, not after
+    assert time.time() - t0 < 30 and not ray.is_initialized()
+    assert (store.dir / PLAN).read_bytes() == before  # a refused run leaves the plan alone
+
+
+def test_verify_lists_every_problem(capsys, tmp_path):
+    store = Store(tmp_path, "smoke")
+    store.trials_dir.mkdir(parents=True)
+    (store.trials_dir / "aaaaaaaaaaaa.parquet").write_bytes(b"torn")
+    (store.trials_dir / "mine.parquet").write_bytes(b"")
+    assert main(["study=smoke", "verify=true", f"results_dir={tmp_path}"]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert any("aaaaaaaaaaaa.parquet" in x and "rerun that trial" in x for x in out)
+    assert any("mine.parquet" in x and "move it out" in x for x in out)
+    assert "2 problem(s)" in out[-1]
+    _one_line_error(capsys, ["study=smoke", f"results_dir={tmp_path}"], "2 problem file(s)",
+                    "verify=true")
+
+
+def _study(name, kind="graph", fixed=None, seeds=(0,), **settings) -> Study:
+    spec = StudySpec(name=name, kind=kind, fixed={"dataset": "colors", "backbone": "gin",
+                                                  "epochs": 1, **(fixed or {})},
+                     data=dict(TINY), grid={"threshold": [0.01, 0.05]}, seeds=list(seeds),
+                     gpus_per_trial=0, **settings)
+    return Study(spec, expand(spec))
+
+
+def test_a_deterministic_error_is_not_retried_and_is_explained(tmp_path, monkeypatch):
+    monkeypatch.setitem(TRIAL_KINDS, "cfgerr", TrialKind(
+        "ablate.config:TrialConfig", "_ray_kinds:config_error_trial", "ablate.config:resolve"))
+    study = _study("cfgerr", kind="cfgerr", max_failures=3,
+                   fixed={"+marker_dir": str(tmp_path / "m")})
+    start_ray(None)
+    s = run_study(study, tmp_path / "results", progress="none")
+    assert s.exit_code == 1 and len(s.failed) == 2 and s.retries == 0
+    assert len(list((tmp_path / "m").glob("attempt-*"))) == 2  # one attempt per trial
+    lines = s.failure_lines()
+    assert lines[0] == "every failed trial (2) failed the same way:"
+    assert "ValueError: injected: kl_weight cannot be used" in lines[1]
+    assert lines[-1].endswith("failures.jsonl")
+
+
+def test_a_full_disk_stops_the_study_with_exit_3_and_a_rerun_resumes(tmp_path, monkeypatch):
+    study = _study("disk", seeds=(0, 1, 2), max_failures=0)  # 6 trials
+    real = Store.write
+    calls = []
+
+    def full_after_two(self, *a, **kw):
+        calls.append(1)
+        if len(calls) > 2:
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Store, "write", full_after_two)
+    start_ray(None)
+    s = run_study(study, tmp_path / "results", progress="none")
+    assert s.exit_code == 3 and "No space left on device" in s.line() and "\n" not in s.line()
+    stored = set(read_trials(tmp_path / "results", "disk").trial_id)
+    assert len(stored) == 2 and not s.failed and len(s.remaining) == 4
+    monkeypatch.setattr(Store, "write", real)
+    again = run_study(study, tmp_path / "results", progress="none")
+    assert again.exit_code == 0 and again.skipped == 2 and again.ok == 4
+
+
+def _chattr(path: Path, flag: str) -> bool:
+    if shutil.which("chattr") is None:
+        return False
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+
+
+def test_read_only_complete_archive_is_rechecked_not_locked(tmp_path):
+    study = _study("archive")
+    start_ray(None)
+    assert run_study(study, tmp_path, progress="none").exit_code == 0
+    ray.shutdown()
+    folders = [tmp_path / "archive" / "trials", tmp_path / "archive"]
+    if not all(_chattr(f, "+i") for f in folders):
+        for f in folders:
+            _chattr(f, "-i")
+        pytest.skip("cannot make a folder read-only here (chattr)")
+    try:
+        s = run_study(study, tmp_path, progress="none")  # nothing to do: exit 0, no lock
+        assert s.exit_code == 0 and s.skipped == 2 and "(complete)" in s.line()
+        with pytest.raises(StoreError, match="read-only and 2 of 2 trials"):
+            run_study(study, tmp_path, force=True, progress="none")
+    finally:
+        for f in folders:
+            _chattr(f, "-i")
+
+
+def test_tune_leftovers_of_dead_drivers_are_removed():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = Path(tempfile.mkdtemp(prefix=f"ablate-tune-x-pid{dead.pid}-"))
+    alive = Path(tempfile.mkdtemp(prefix=f"ablate-tune-x-pid{os.getppid()}-"))
+    try:
+        assert clean_tune_leftovers() >= 1
+        assert not gone.exists() and alive.exists()
+    finally:
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def test_sigterm_stops_like_ctrl_c_and_a_rerun_resumes(tmp_path):
+    env = {**os.environ, "ABLATE_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "ablate.run", "study=smoke", f"results_dir={tmp_path}",
+           "epochs=30", "progress=none"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    trials = tmp_path / "smoke" / "trials"
+    deadline = time.time() + 240
+    while not list(trials.glob("*.parquet")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, (out, err)
+    assert "interrupted: rerun the same command to resume" in out
+    assert "Traceback" not in err and "SIGTERM received" not in err, err
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "(complete)" in done.stdout, done.stdout + done.stderr
+    df = read_trials(tmp_path, "smoke")
+    assert not df.duplicated(["trial_id", "seed", "split"]).any()
+    assert not list(Path(tempfile.gettempdir()).glob(f"ablate-tune-smoke-pid{proc.pid}-*"))
+
+
+def test_cached_load_keeps_the_canonical_split_order():
+    from ablate.data import load_graphsets
+
+    fresh = list(load_graphsets("colors", **TINY))
+    cached = list(load_graphsets("colors", **TINY))
+    assert fresh == cached == ["train", "val", "test_orig", "test_large", "test_largec"]
