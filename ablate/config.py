@@ -38,7 +38,7 @@ class TrialConfig:
 
     study: str = "adhoc"  # study name (result store folder)
     dataset: str = "colors"  # colors, triangles, mnist_sp, digits_sp, proteins, dd, collab
-    data_params: tuple = ()  # sorted (key, value) overrides of the dataset recipe (sizes, seeds, path)
+    data_params: tuple = ()  # dataset recipe overrides (sizes, seeds, path): a dict or sorted pairs
     backbone: str = "chebygin"  # gcn, gin, chebynet, chebygin (SPEC §2 layer family)
     K: int | None = None  # Chebyshev scales; 1 for gcn/gin
     aggregation: str | None = None  # mean or sum (derived from the backbone)
@@ -71,6 +71,13 @@ class TrialConfig:
     step: str = "auto"  # packed step: replay (fixed shapes; a CUDA graph on CUDA), eager (per-batch
     #                     shapes, for debugging); auto = replay on CUDA, eager on CPU
     extra: tuple = field(default=(), compare=True)  # sorted (key, value) of +new=value overrides
+
+    def __post_init__(self) -> None:
+        # convenience: data_params / extra may be given as dicts ({"n_train": 100})
+        for name in ("data_params", "extra"):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, tuple(sorted(value.items())))
 
     def replace(self, **changes) -> TrialConfig:
         return dataclasses.replace(self, **changes)

@@ -312,6 +312,18 @@ def _silence_raylet_messages() -> None:
     ray_worker.print_to_stdstream = quiet
 
 
+def _no_colour_reset_at_exit() -> None:
+    """Ray initialises colorama, whose exit hook prints a colour reset code after the
+    runner's last line; the runner prints no colours, so the hook goes."""
+    try:
+        import atexit
+
+        import colorama.initialise as ci
+    except ImportError:
+        return
+    atexit.unregister(ci.reset_all)
+
+
 def start_ray(address: str | None) -> bool:
     """Join `address` (or $RAY_ADDRESS), else start an embedded local Ray; True if started."""
     import ray
@@ -332,9 +344,11 @@ def start_ray(address: str | None) -> bool:
                               "(ray start --head, ray up cluster.yaml) or unset RAY_ADDRESS / "
                               "ray_address= to run on an embedded local Ray") from None
         _quiet_logging()
+        _no_colour_reset_at_exit()
         return True
     ray.init(include_dashboard=False, **kwargs)  # sized to the machine (all CPUs, GPUs)
     _quiet_logging()  # ray.init reconfigures its loggers
+    _no_colour_reset_at_exit()
     return True
 
 

@@ -42,3 +42,15 @@ def test_commented_local_variant_is_valid():
     prepared = _validated(cfg)
     assert prepared["provider"]["type"] == "local"
     assert prepared["provider"]["worker_ips"] and prepared["provider"]["head_ip"]
+
+
+def test_every_ray_start_requires_token_auth_and_a_local_dashboard():
+    cfg = yaml.safe_load(PATH.read_text())
+    starts = cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"]
+    for cmd in (c for c in starts if "ray start" in c):
+        assert "export RAY_AUTH_MODE=token" in cmd and "test -s ~/.ray/auth_token &&" in cmd
+    head = next(c for c in cfg["head_start_ray_commands"] if "ray start" in c)
+    assert "--dashboard-host=127.0.0.1" in head
+    assert cfg["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    text = PATH.read_text()
+    assert "ray get-auth-token --generate" in text and "RAY_AUTH_MODE=token python -m ablate.run" in text

@@ -223,3 +223,26 @@ def test_cached_load_keeps_the_canonical_split_order():
     fresh = list(load_graphsets("colors", **TINY))
     cached = list(load_graphsets("colors", **TINY))
     assert fresh == cached == ["train", "val", "test_orig", "test_large", "test_largec"]
+
+
+def test_no_colour_reset_code_after_the_last_line_on_a_terminal():
+    import pty
+
+    code = ("from ablate.execution import start_ray; start_ray(None); import ray; "
+            "ray.shutdown(); print('last line')")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(master)
+    text = b"".join(chunks).decode(errors="replace")
+    assert "last line" in text and "\x1b[0m" not in text, repr(text[-200:])
