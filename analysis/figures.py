@@ -1,8 +1,9 @@
 """Figures of a study (seaborn style, Agg backend), each saved as PNG and SVG.
 
-- `acc_vs_auc`: accuracy vs attention AUC per run, with the exponential fit
-  acc = a exp(b AUC) + c per panel (the paper: "accuracy grows exponentially
-  with attention correctness").
+- `acc_vs_auc`: accuracy vs attention AUC per run, coloured by the axis the study
+  varies (else by variant), with the exponential fit acc = a exp(b AUC) + c per panel
+  where the data can carry one (the paper: "accuracy grows exponentially with
+  attention correctness").
 - `init_cos`: attention AUC and accuracy vs cos(p_init, p_opt) (paper Figure 2).
 - `dynamics`: validation accuracy and AUC per epoch, median and interquartile band
   over runs, by init quality (tertiles of cos(p_init, p_opt)) or by variant
@@ -13,6 +14,8 @@
   (an SDC-style curve).
 
 Every function returns the `Figure`s it wrote, or [] when the study has no data for it.
+Percentage axes label their ticks with as many decimals as keep the labels exact and
+distinct (`PercentTicks`); epoch axes have integer ticks.
 """
 
 from __future__ import annotations
@@ -30,15 +33,54 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-from matplotlib.ticker import PercentFormatter  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import Formatter, MaxNLocator  # noqa: E402
 
 from analysis import stats  # noqa: E402
 from analysis.load import layer_columns  # noqa: E402
 from analysis.tables import TEST_SPLITS, column_name, dataset_name  # noqa: E402
+from analysis.variants import _fmt  # noqa: E402
 
 DPI = 110
 MAX_HUE = 10  # more groups than this: the most frequent ones are drawn
 RASTER_POINTS = 2000  # scatter layers with more points are rasterised in the SVG
+MARKER_SIZE = 40  # scatter marker area (pt^2) of a panel with at most DENSE_POINTS points
+DENSE_POINTS = 1000  # ... a denser panel draws markers of area 12
+MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*")  # marker per variant when colour is an axis
+
+
+class PercentTicks(Formatter):
+    """Fractions as percentages, with the fewest decimals (0-6) that print every tick
+    exactly and distinctly: 1%, 2%, ... or 0.2%, 0.4%, ..., never 1%, 1%, 0%."""
+
+    def __init__(self) -> None:
+        self.decimals = 0
+
+    def set_locs(self, locs) -> None:
+        super().set_locs(locs)
+        pct = [100 * float(x) for x in locs]
+        for d in range(7):
+            labels = [f"{v:.{d}f}" for v in pct]
+            exact = all(abs(float(t) - v) <= 1e-6 * max(1.0, abs(v)) for t, v in zip(labels, pct))
+            if exact and len(set(labels)) == len(labels):
+                break
+        self.decimals = d
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        v = 100 * float(x)
+        return f"{0.0 if abs(v) < 1e-9 else v:.{self.decimals}f}%"
+
+
+def percent_axis(axis, nbins: int | str = "auto") -> None:
+    """Label a matplotlib axis holding fractions in percent (`PercentTicks`), ticks at
+    1, 2 or 5 times a power of ten (no 2.5 steps, which need one more decimal)."""
+    axis.set_major_locator(MaxNLocator(nbins=nbins, steps=[1, 2, 5, 10]))
+    axis.set_major_formatter(PercentTicks())
+
+
+def epoch_axis(axis) -> None:
+    """Integer ticks only: epochs are counted, 1, 2, 3, never 1.5."""
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 @dataclass
@@ -116,60 +158,96 @@ def _band(ax, g: pd.DataFrame, x: str, y: str, color, label: str | None = None,
 # ----------------------------------------------------------------------------- figures
 
 
-def acc_vs_auc(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) -> list[Figure]:
-    """Accuracy vs attention AUC per run and split, exponential fit per panel."""
+def _marker_size(n: int) -> float:
+    return MARKER_SIZE if n <= DENSE_POINTS else 12
+
+
+def _hue_labels(d: pd.DataFrame, hue: str | None, variants: list[str]) -> tuple[pd.Series, list[str]]:
+    """Colour label per row ('normalizer=softmax', or the variant) and their order."""
+    if hue is None or hue not in d.columns:
+        return d["variant"], _top(d, "variant", variants)
+    vals = sorted(d[hue].unique().tolist(), key=lambda v: (isinstance(v, str), v))
+    names = {v: f"{hue}={_fmt(v)}" for v in vals}
+    return d[hue].map(names), [names[v] for v in vals][:MAX_HUE]
+
+
+def acc_vs_auc(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
+               hue: str | None = None) -> list[Figure]:
+    """Accuracy vs attention AUC per run and split, coloured by the axis `hue` (marker
+    shape = variant) or by variant; an exponential fit per panel where the data allows."""
     if "attn_auc_l0" not in ok.columns or "accuracy" not in ok.columns:
         return []
-    d = _rows(ok, ["dataset", "split", "variant", "attn_auc_l0", "accuracy"], TEST_SPLITS)
+    cols = ["dataset", "split", "variant", "seed", "attn_auc_l0", "accuracy"]
+    d = _rows(ok, cols + ([hue] if hue in ok.columns else []), TEST_SPLITS)
     d = d[np.isfinite(d["attn_auc_l0"].to_numpy(dtype=float))
           & np.isfinite(d["accuracy"].to_numpy(dtype=float))]
     if len(d) < 3:
         return []
+    label, colours = _hue_labels(d, hue, variants)
+    d = d.assign(_c=label.to_numpy(dtype=object))
+    by_axis = hue is not None and hue in d.columns
+    shapes = _top(d, "variant", variants) if by_axis else []
+    marker = {v: MARKERS[i] for i, v in enumerate(shapes)} if len(shapes) <= len(MARKERS) else {}
     datasets = sorted(d["dataset"].unique())
     split_of = _splits_of(d, datasets)
-    hue = _top(d, "variant", variants)
-    pal = _palette(hue)
+    pal = _palette(colours)
     fits: dict[str, dict] = {}
     style, ctx = _style()
     with style, ctx:
         fig, axes = _grid(len(datasets), max(map(len, split_of.values())), h=3.3)
         _hide_unused(axes, [len(split_of[x]) for x in datasets])
-        handles = {}
         for i, ds_ in enumerate(datasets):
             for j, sp in enumerate(split_of[ds_]):
                 ax = axes[i, j]
                 g = d[(d["dataset"] == ds_) & (d["split"] == sp)]
-                for v in hue:
-                    gv = g[g["variant"] == v]
-                    if len(gv):
-                        h = ax.scatter(gv["attn_auc_l0"], gv["accuracy"], s=10, alpha=0.6,
-                                       color=pal[v], lw=0, rasterized=len(g) > RASTER_POINTS)
-                        handles.setdefault(v, h)
-                fit = stats.exp_fit(g["attn_auc_l0"], g["accuracy"])
-                r, p, n = stats.pearson(g["attn_auc_l0"], g["accuracy"])
-                fits[f"{ds_}/{sp}"] = {"a": fit.a, "b": fit.b, "c": fit.c, "r2": fit.r2,
-                                       "n": fit.n, "method": fit.method, "pearson_r": r,
-                                       "pearson_p": p}
-                if fit.method != "none":
-                    xs = np.linspace(g["attn_auc_l0"].min(), g["attn_auc_l0"].max(), 100)
-                    ax.plot(xs, fit(xs), color="black", lw=1.5)
-                    txt = (f"a={fit.a:.3g}, b={fit.b:.3g}, c={fit.c:.3g}\n"
-                           f"R²={fit.r2:.2f}, r={r:.2f}, n={fit.n}")
-                else:
-                    txt = f"n={len(g)} (no fit)"
-                ax.text(0.03, 0.97, txt, transform=ax.transAxes, va="top", fontsize=7,
-                        bbox=dict(boxstyle="round", fc="white", alpha=0.8, lw=0))
+                for (c, v), gv in g.groupby(["_c", "variant"], sort=False):
+                    if c in pal:
+                        ax.scatter(gv["attn_auc_l0"], gv["accuracy"], s=_marker_size(len(g)),
+                                   alpha=0.7, color=pal[c], marker=marker.get(v, "o"),
+                                   edgecolor="white", lw=0.4, rasterized=len(g) > RASTER_POINTS)
+                fits[f"{ds_}/{sp}"] = _fit_panel(ax, g)
                 ax.set_title(f"{dataset_name(ds_)} {column_name(sp)}")
                 ax.set_xlabel("attention AUC")
                 ax.set_ylabel("accuracy" if j == 0 else "")
-                ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-                ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-        _legend(fig, handles, "variant")
+                percent_axis(ax.xaxis, nbins=4)
+                percent_axis(ax.yaxis)
+        handles = {c: Line2D([], [], ls="", marker="o", ms=7, color=pal[c]) for c in colours}
+        if marker:
+            handles.update({v: Line2D([], [], ls="", marker=marker[v], ms=7, color="0.35")
+                            for v in shapes})
+        title = (f"colour: {hue}" + (", marker: variant" if marker else "")) if by_axis \
+            else "variant"
+        _legend(fig, handles, title)
         fig.suptitle("Accuracy vs attention AUC: acc = a·exp(b·AUC) + c", y=1.02)
         png, svg = _save(fig, out, f"{study}__acc_vs_auc")
-    return [Figure("acc_vs_auc", "Accuracy vs attention AUC (first pooling layer, same split), "
-                   "one point per run; black: least-squares fit of acc = a·exp(b·AUC) + c "
-                   "(fractions), with R² and Pearson r.", png, svg, {"fits": fits})]
+    by = f"colour = {hue}, marker = variant" if by_axis else "colour = variant"
+    return [Figure("acc_vs_auc", f"Accuracy vs attention AUC (first pooling layer, same split), "
+                   f"one point per run ({by}); black: least-squares fit of acc = a·exp(b·AUC) + c "
+                   f"(fractions) with R² and Pearson r, drawn only with ≥ {stats.MIN_FIT_POINTS} "
+                   f"points spanning ≥ {100 * stats.MIN_FIT_SPAN:.0f} AUC points.", png, svg,
+                   {"fits": fits, "hue": hue if by_axis else "variant"})]
+
+
+def _fit_panel(ax, g: pd.DataFrame) -> dict:
+    """Fit and annotate one panel; the numbers (and why there is no fit) for the report."""
+    r, p, n = stats.pearson(g["attn_auc_l0"], g["accuracy"])
+    reason = stats.exp_fit_support(g["attn_auc_l0"])
+    fit = stats.exp_fit(g["attn_auc_l0"], g["accuracy"]) if not reason else stats.ExpFit(
+        math.nan, math.nan, math.nan, math.nan, n, "none")
+    if fit.method == "none" and not reason:
+        reason = "the fit failed"
+    if not reason:
+        xs = np.linspace(g["attn_auc_l0"].min(), g["attn_auc_l0"].max(), 100)
+        ax.plot(xs, fit(xs), color="black", lw=1.5)
+        txt = (f"a={fit.a:.3g}, b={fit.b:.3g}, c={fit.c:.3g}\n"
+               f"R²={fit.r2:.2f}, r={r:.2f}, n={fit.n}")
+    else:
+        txt = f"n={len(g)}: no fit ({reason})"
+    ax.text(0.03, 0.97, txt, transform=ax.transAxes, va="top", fontsize=7,
+            bbox=dict(boxstyle="round", fc="white", alpha=0.8, lw=0))
+    return {"a": fit.a, "b": fit.b, "c": fit.c, "r2": fit.r2, "n": n, "method": fit.method,
+            "reason": reason, "pearson_r": r, "pearson_p": p,
+            "n_seeds": int(g["seed"].nunique())}
 
 
 def init_cos(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
@@ -194,11 +272,11 @@ def init_cos(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
             a0 = g[g["split"] == splits[0]]
             raster = len(a0) > RASTER_POINTS
             ax = axes[i, 0]
-            ax.scatter(a0["cos_p_init"], a0["attn_auc_l0"], s=10, alpha=0.6, color="C0",
-                       lw=0, rasterized=raster)
+            ax.scatter(a0["cos_p_init"], a0["attn_auc_l0"], s=_marker_size(len(a0)), alpha=0.7,
+                       color="C0", edgecolor="white", lw=0.4, rasterized=raster)
             r, p, n = stats.pearson(a0["cos_p_init"], a0["attn_auc_l0"])
             info[f"{ds_}/auc"] = {"pearson_r": r, "pearson_p": p, "n": n,
-                                  "split": splits[0]}
+                                  "n_seeds": int(a0["seed"].nunique()), "split": splits[0]}
             _trend(ax, a0["cos_p_init"], a0["attn_auc_l0"], "C0")
             ax.set_title(f"{dataset_name(ds_)}: AUC ({column_name(splits[0])}), r = {r:.2f}")
             ax.set_xlabel("cos(p_init, p_opt)")
@@ -208,16 +286,18 @@ def init_cos(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
             for sp in [x for x in splits if x in here]:
                 gs = g[g["split"] == sp]
                 r, p, n = stats.pearson(gs["cos_p_init"], gs["accuracy"])
-                info[f"{ds_}/{sp}"] = {"pearson_r": r, "pearson_p": p, "n": n}
-                ax.scatter(gs["cos_p_init"], gs["accuracy"], s=10, alpha=0.6, color=pal[sp],
-                           lw=0, label=f"{column_name(sp)} (r = {r:.2f})", rasterized=raster)
+                info[f"{ds_}/{sp}"] = {"pearson_r": r, "pearson_p": p, "n": n,
+                                       "n_seeds": int(gs["seed"].nunique())}
+                ax.scatter(gs["cos_p_init"], gs["accuracy"], s=_marker_size(len(gs)), alpha=0.7,
+                           color=pal[sp], edgecolor="white", lw=0.4,
+                           label=f"{column_name(sp)} (r = {r:.2f})", rasterized=raster)
                 _trend(ax, gs["cos_p_init"], gs["accuracy"], pal[sp])
             ax.set_title(f"{dataset_name(ds_)}: accuracy")
             ax.set_xlabel("cos(p_init, p_opt)")
             ax.set_ylabel("accuracy")
             ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
             for a in axes[i]:
-                a.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+                percent_axis(a.yaxis)
         png, svg = _save(fig, out, f"{study}__init_cos")
     return [Figure("init_cos", "Attention AUC (left) and accuracy (right) vs the cosine of the "
                    "initial attention projection with the optimal one, one point per run, "
@@ -285,7 +365,8 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
                     handles.setdefault(k, h)
                 ax.set_title(f"{dataset_name(ds_)}: {names[m]}")
                 ax.set_xlabel("epoch")
-                ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+                epoch_axis(ax.xaxis)
+                percent_axis(ax.yaxis)
         _legend(fig, handles, title)
         png, svg = _save(fig, out, f"{study}__dynamics")
     return [Figure("dynamics", "Training dynamics: validation accuracy and attention AUC per "
@@ -340,7 +421,7 @@ def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
             ax.set_title(dataset_name(ds_))
             ax.set_xlabel("threshold α̃")
             ax.set_ylabel("ratio of nodes kept" if j == 0 else "")
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            percent_axis(ax.yaxis)
         _legend(fig, handles, "pooling layer")
         png, svg = _save(fig, out, f"{study}__ratio_kept")
     return [Figure("ratio_kept", "Ratio of nodes kept (mean over graphs of N_kept / N) per "
@@ -450,7 +531,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
             ax.set_title(dataset_name(ds_))
             ax.set_xlabel("graph size N")
             ax.set_ylabel("test accuracy" if j == 0 else "")
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            percent_axis(ax.yaxis)
         _legend(fig, handles, "variant")
         png, svg = _save(fig, out, f"{study}__acc_by_size")
     return [Figure("acc_by_size", "Test accuracy per graph-size bin, median and interquartile "
@@ -513,7 +594,7 @@ def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
                 ax.set_title(f"{dataset_name(ds_)} {column_name(sp)}")
                 ax.set_xlabel("attention mass threshold t")
                 ax.set_ylabel(ylabel if j == 0 else "")
-                ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+                percent_axis(ax.yaxis)
         _legend(fig, {v: handles[v] for v in hue if v in handles}, legend)
         png, svg = _save(fig, out, f"{study}__gt_mass")
     return [Figure("gt_mass", caption, png, svg)]
@@ -563,7 +644,8 @@ def sdc_dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
                 ax.set_title(f"{ds_}: {m.upper()}", fontsize=9)
                 ax.set_ylabel(title if j == 0 else "", fontsize=8)
                 ax.set_xlabel("epoch")
-                ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+                epoch_axis(ax.xaxis)
+                percent_axis(ax.yaxis)
         _legend(fig, handles, "normalizer")
         png, svg = _save(fig, out, f"{study}__dynamics")
     return [Figure("sdc_dynamics", "Fractions of training mosaics per epoch: FTPT (focus on the "
@@ -583,11 +665,12 @@ def _draw(i: int) -> tuple[list[Figure], float]:
 
 
 def all_figures(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
-                variants: list[str], jobs: int = 1) -> list[Figure]:
-    """Every figure that the study's data supports; `jobs` > 1 draws them in that many
-    forked processes (matplotlib is single-threaded; the data is shared by fork)."""
+                variants: list[str], jobs: int = 1, hue: str | None = None) -> list[Figure]:
+    """Every figure that the study's data supports; `hue` is the axis the accuracy-AUC
+    scatter is coloured by (None: by variant); `jobs` > 1 draws them in that many forked
+    processes (matplotlib is single-threaded; the data is shared by fork)."""
     global _TASKS
-    _TASKS = [(acc_vs_auc, (ok, out, study, variants)), (init_cos, (ok, out, study)),
+    _TASKS = [(acc_vs_auc, (ok, out, study, variants, hue)), (init_cos, (ok, out, study)),
               (dynamics, (ok, curves, out, study, variants)), (ratio_kept, (ok, out, study)),
               (acc_by_size, (ok, out, study, variants)), (gt_mass, (ok, out, study, variants))]
     results = None

@@ -1,10 +1,16 @@
-"""Automatically computed findings: three to five sentences a researcher would write.
+"""Automatically computed findings, and the banner of a store too thin for them.
 
 Each candidate is computed from the study's cell statistics (`tables.cell_stats`) and
 the numbers the figures computed (exponential fits, correlations); candidates are
-taken in priority order: the largest paired effect on a generalisation split, the
-largest effect on attention AUC, the best model per dataset, the accuracy-AUC
+taken in priority order: the largest one-axis paired effect on a generalisation split,
+the largest effect on attention AUC, the best model per dataset, the accuracy-AUC
 relation, the init-AUC relation, agreement with the paper, and a power caveat.
+
+Claims need data. A paired effect is stated only with at least
+`stats.MIN_PAIRED_SEEDS` shared seeds (below that it has no p-value); "best model" and
+paper-agreement sentences only use cells with that many seeds; a correlation is stated
+only over at least `stats.MIN_CORRELATION_POINTS` runs from that many distinct seeds.
+`thin_banner` says which rows and comparisons fall short.
 """
 
 from __future__ import annotations
@@ -14,26 +20,16 @@ import pandas as pd
 
 from analysis import stats
 from analysis.reference import AUC_COLUMN
-from analysis.tables import ALPHA, column_name, dataset_name, fmt_p
+from analysis.tables import ALPHA, column_name, dataset_name, fmt_ci, fmt_p, primary, significant
 
 GENERALISATION = ("test_large", "test_largec", "test_noisy", "test_noisyc")
 PAPER_R_ACC_AUC = 0.93  # SPEC §3: accuracy vs attention AUC
 PAPER_R_AUC_COS = 0.41  # SPEC §3: attention AUC vs cos(p_init, p_opt)
+MAX_LISTED = 3  # examples named per seed count in the banner
 
 
 def _what(column: str) -> str:
     return "attention AUC" if column == AUC_COLUMN else f"{column_name(column)} accuracy"
-
-
-def _effect(x: pd.Series) -> str:
-    verb = "raises" if x["delta"] > 0 else "lowers"
-    sig = "significant" if np.isfinite(x["p_holm"]) and x["p_holm"] < ALPHA else "not significant"
-    p = fmt_p(x["p_wilcoxon"])
-    return (f"{x['row']} {verb} {dataset_name(x['dataset'])} {_what(x['column'])} by "
-            f"{abs(x['delta']):.1f} points over {x['baseline']} "
-            f"(95% CI [{x['delta_lo']:+.1f}, {x['delta_hi']:+.1f}], Wilcoxon "
-            f"p {'' if p.startswith('<') else '= '}{p}, Holm p {_p_eq(x['p_holm'])}, "
-            f"{x['n_pairs']} paired seeds; {sig}).")
 
 
 def _p_eq(p: float) -> str:
@@ -41,9 +37,25 @@ def _p_eq(p: float) -> str:
     return s if s.startswith("<") else f"= {s}"
 
 
+def _effect(x: pd.Series) -> str:
+    verb = "raises" if x["delta"] > 0 else "lowers"
+    sig = "significant" if significant(x) else "not significant"
+    ci = fmt_ci(x["delta_lo"], x["delta_hi"])
+    return (f"Changing {x['axis']} from {x['base_value']} to {x['value']} ({x['row']} vs "
+            f"{x['baseline']}, nothing else differs) {verb} {dataset_name(x['dataset'])} "
+            f"{_what(x['column'])} by {abs(x['delta']):.1f} points (95% CI {ci}, sign-flip "
+            f"p {_p_eq(x['p'])}, Holm p {_p_eq(x['p_holm'])}, {x['n_pairs']} paired seeds; "
+            f"{sig}).")
+
+
+def _tested(cells: pd.DataFrame) -> pd.DataFrame:
+    """Comparison lines with a p-value (enough shared seeds)."""
+    return cells[np.isfinite(cells["p"].to_numpy(dtype=float))]
+
+
 def _largest_effect(cells: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series | None:
-    c = cells[(cells["n_pairs"] > 0) & cells["column"].isin(columns)
-              & np.isfinite(cells["delta"].to_numpy(dtype=float))]
+    c = _tested(cells)
+    c = c[c["column"].isin(columns)]
     if c.empty:
         return None
     sig = c[c["p_holm"] < ALPHA]
@@ -52,7 +64,7 @@ def _largest_effect(cells: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series 
 
 
 def effect_findings(cells: pd.DataFrame) -> list[str]:
-    """The largest paired effect on a generalisation split and on attention AUC."""
+    """The largest tested one-axis effect on a generalisation split and on attention AUC."""
     out = []
     splits = tuple(c for c in GENERALISATION if c in set(cells["column"].unique())) or \
         tuple(c for c in cells["column"].unique() if c != AUC_COLUMN)
@@ -63,25 +75,37 @@ def effect_findings(cells: pd.DataFrame) -> list[str]:
     return out
 
 
+def _seeded(cells: pd.DataFrame) -> pd.DataFrame:
+    """Primary lines of cells with at least MIN_PAIRED_SEEDS seeds."""
+    c = primary(cells)
+    return c[c["seeds"] >= stats.MIN_PAIRED_SEEDS]
+
+
 def best_findings(cells: pd.DataFrame) -> list[str]:
     """The best model per dataset on its hardest (lowest-mean) test split."""
     out = []
-    for d, g in cells[cells["column"] != AUC_COLUMN].groupby("dataset"):
+    c = _seeded(cells)
+    for d, g in c[c["column"] != AUC_COLUMN].groupby("dataset"):
         hard = g.groupby("column")["mean"].mean().idxmin()
         h = g[g["column"] == hard]
         if h["row"].nunique() < 2:
             continue
         x = h.loc[h["mean"].idxmax()]
         ref = (f"; the paper reports {x['paper']:.1f}" if np.isfinite(x["paper"]) else "")
-        out.append(f"On {dataset_name(d)} {column_name(hard)} (its hardest split) the best model "
+        out.append(f"On {dataset_name(d)} {column_name(hard)} (its hardest split) the highest mean "
                    f"is {x['row']}: {x['mean']:.1f} ± {x['std']:.1f}% over {x['n']} runs "
                    f"(95% CI [{x['ci_lo']:.1f}, {x['ci_hi']:.1f}]){ref}.")
     return out[:2]
 
 
+def _enough_points(v: dict) -> bool:
+    return (v.get("n", 0) >= stats.MIN_CORRELATION_POINTS
+            and v.get("n_seeds", 0) >= stats.MIN_PAIRED_SEEDS and np.isfinite(v["pearson_r"]))
+
+
 def fit_findings(fits: dict[str, dict]) -> list[str]:
     """Accuracy vs attention AUC: correlation and the exponential fit, largest panel."""
-    good = {k: v for k, v in fits.items() if v.get("n", 0) >= 5 and np.isfinite(v["pearson_r"])}
+    good = {k: v for k, v in fits.items() if _enough_points(v)}
     if not good:
         return []
     key = max(good, key=lambda k: (good[k]["n"], k))
@@ -89,7 +113,7 @@ def fit_findings(fits: dict[str, dict]) -> list[str]:
     d, sp = key.split("/")
     shape = (f"fit acc = {f['a']:.3g}·exp({f['b']:.3g}·AUC) {'+' if f['c'] >= 0 else '−'} "
              f"{abs(f['c']):.3g} (R² = {f['r2']:.2f})" if f["method"] != "none"
-             else "no exponential fit")
+             else f"no exponential fit ({f.get('reason') or 'the fit failed'})")
     r = f["pearson_r"]
     how = ("rises with" if r >= 0.5 else "is only weakly related to" if abs(r) < 0.5
            else "falls with")
@@ -101,17 +125,17 @@ def init_findings(info: dict[str, dict]) -> list[str]:
     """Attention AUC vs cos(p_init, p_opt) (the init study)."""
     out = []
     for key, v in info.items():
-        if key.endswith("/auc") and v["n"] >= 5 and np.isfinite(v["pearson_r"]):
-            out.append(f"A better initial attention projection gives better attention on "
-                       f"{dataset_name(key.split('/')[0])}: AUC vs cos(p_init, p_opt) Pearson "
-                       f"r = {v['pearson_r']:.2f} (p {_p_eq(v['pearson_p'])}, n = {v['n']}; "
-                       f"paper: r ≈ {PAPER_R_AUC_COS}).")
+        if key.endswith("/auc") and _enough_points(v):
+            out.append(f"Attention AUC vs cos(p_init, p_opt) on {dataset_name(key.split('/')[0])}: "
+                       f"Pearson r = {v['pearson_r']:.2f} (p {_p_eq(v['pearson_p'])}, "
+                       f"n = {v['n']} runs; paper: r ≈ {PAPER_R_AUC_COS}).")
     return out[:1]
 
 
 def paper_findings(cells: pd.DataFrame, tolerance: float = 5.0) -> list[str]:
     """How many cells are within `tolerance` points of the paper, and the largest gap."""
-    c = cells[np.isfinite(cells["paper"].to_numpy(dtype=float))]
+    c = _seeded(cells)
+    c = c[np.isfinite(c["paper"].to_numpy(dtype=float))]
     if c.empty:
         return []
     close = int((c["diff_paper"].abs() <= tolerance).sum())
@@ -123,17 +147,52 @@ def paper_findings(cells: pd.DataFrame, tolerance: float = 5.0) -> list[str]:
 
 
 def power_findings(cells: pd.DataFrame) -> list[str]:
-    """A caveat when no paired test can reach significance with the seeds run."""
-    n = cells.loc[cells["n_pairs"] > 0, "n_pairs"]
-    if n.empty or stats.min_wilcoxon_p(int(n.max())) < ALPHA:
+    """A caveat when no tested comparison can reach significance with the seeds run."""
+    n = _tested(cells)["n_pairs"]
+    if n.empty or stats.min_p(int(n.max())) < ALPHA:
         return []
-    return [f"With at most {int(n.max())} shared seeds per comparison no Wilcoxon test can reach "
-            f"p < {ALPHA} (smallest possible p = {stats.min_wilcoxon_p(int(n.max())):.3f}): "
-            "run at least 6 seeds per variant before calling a difference significant."]
+    return [f"With at most {int(n.max())} shared seeds per comparison no sign-flip test can reach "
+            f"p < {ALPHA} (smallest possible p = {stats.min_p(int(n.max())):.4f}) and the 95% "
+            "CIs of differences are unbounded: run at least 6 seeds per row before calling a "
+            "difference significant."]
+
+
+def _by_count(counts: pd.Series, name) -> str:
+    """'2 seeds: A, B, C …; 3 seeds: D' from a Series of seed counts indexed by keys."""
+    out = []
+    for n, g in counts.groupby(counts, sort=True):
+        names = [name(k) for k in g.index[:MAX_LISTED]]
+        out.append(f"{len(g)} with {n} seed{'s' if n != 1 else ''} ({', '.join(names)}"
+                   f"{' …' if len(g) > MAX_LISTED else ''})")
+    return "; ".join(out)
+
+
+def thin_banner(cells: pd.DataFrame) -> str:
+    """A warning naming the rows (per dataset) with fewer than MIN_PAIRED_SEEDS seeds and
+    the comparisons sharing fewer than that with their baseline; "" when there are none."""
+    if cells.empty:
+        return ""
+    seeds = primary(cells).groupby(["row", "dataset"], sort=False)["seeds"].max()
+    thin = seeds[seeds < stats.MIN_PAIRED_SEEDS]
+    pairs = cells[(cells["n_pairs"] > 0) & (cells["n_pairs"] < stats.MIN_PAIRED_SEEDS)]
+    pairs = pairs.groupby(["row", "baseline", "dataset"], sort=False)["n_pairs"].max()
+    parts = []
+    if len(thin):
+        parts.append(f"{len(thin)} of {len(seeds)} rows (per dataset) have fewer than "
+                     f"{stats.MIN_PAIRED_SEEDS} seeds: "
+                     + _by_count(thin, lambda k: f"{k[0]} on {dataset_name(k[1])}"))
+    if len(pairs):
+        parts.append(f"{len(pairs)} one-axis comparisons share fewer than "
+                     f"{stats.MIN_PAIRED_SEEDS} seeds with their baseline: "
+                     + _by_count(pairs, lambda k: f"{k[0]} vs {k[1]} on {dataset_name(k[2])}"))
+    if not parts:
+        return ""
+    return ("This store is too thin for claims. " + ". ".join(parts) + ". These numbers are "
+            "shown without p-values, CIs of differences, significance markers or findings.")
 
 
 def findings(cells: pd.DataFrame, fig_info: dict[str, dict], limit: int = 5) -> list[str]:
-    """Three to five findings in priority order (fewer only when the data has no more)."""
+    """Three to five findings in priority order (fewer, or none, when the data has no more)."""
     effects = effect_findings(cells) if not cells.empty else []
     out: list[str] = effects[:1]
     out += fit_findings(fig_info.get("acc_vs_auc", {}).get("fits", {}))

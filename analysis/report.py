@@ -1,11 +1,13 @@
-"""`python -m analysis.report RESULTS_DIR [--study NAME ...] [--out DIR]`: the report.
+"""Write the tables, figures, findings and a self-contained HTML report of an ablate result store.
 
-For every study of the store: what varied, how many trials and runs are ok, failed or
-missing, then the sections that apply to its rows (a registry: `register_section`),
-each contributing tables (Markdown, LaTeX, CSV), figures (PNG, SVG) and findings.
-Writes `DIR/report.md`, a self-contained `DIR/report.html` (images embedded), and
-`DIR/tables/`, `DIR/figures/`, `DIR/summary.json`. The store is only read. Bad
-input exits with code 2 and a one-line message.
+`python -m analysis.report RESULTS_DIR [--study NAME ...] [--out DIR]`. For every study of
+the store: what varied, how many trials and runs are ok, failed or missing, then the
+sections that apply to its rows (a registry: `register_section`), each contributing
+tables (Markdown, LaTeX, CSV), figures (PNG, SVG), findings and, when the store has too
+few seeds for claims, a banner saying so. Writes `DIR/report.md`, a self-contained
+`DIR/report.html` (images embedded), and `DIR/tables/`, `DIR/figures/`,
+`DIR/summary.json`. The store is only read. Bad input exits with code 2 and a one-line
+message.
 """
 
 from __future__ import annotations
@@ -27,15 +29,27 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats, tables
-from analysis.findings import findings
+from analysis.findings import findings, thin_banner
 from analysis.load import AXES, StoreError, Study, load_store
 from analysis.reference import AUC_SPLIT
-from analysis.variants import MAX_ROW_VALUES, RowAxes, add_rows, add_variant, baselines, row_axes, row_order
+from analysis.variants import (
+    MAX_ROW_VALUES,
+    RowAxes,
+    add_rows,
+    add_variant,
+    colour_axis,
+    comparisons,
+    row_axes,
+    row_order,
+)
 
 if TYPE_CHECKING:  # matplotlib and seaborn are imported only when figures are drawn
     from analysis.figures import Figure
 
 DESCRIBED_AXES = tuple(a for a in AXES if a != "seeds")
+DESCRIPTION = ("Read an ablate result store (read-only) and write, per study, paper tables "
+               "(Markdown, LaTeX, CSV), figures (PNG, SVG), statistics with one-axis paired "
+               "comparisons, findings, report.md and a self-contained report.html.")
 
 
 @dataclass
@@ -63,6 +77,7 @@ class Section:
     findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    banner: list[str] = field(default_factory=list)  # shown above the findings: too few seeds
 
 
 @dataclass(frozen=True)
@@ -110,9 +125,9 @@ def gnn_section(ctx: Context) -> Section:
     """Paper tables, statistics, figures and findings for graph-attention rows."""
     sec = Section("Graph attention and pooling")
     ok = ctx.ok
-    base = baselines(ok, ctx.axes)
+    comps = comparisons(ok, ctx.axes)
     with _timed("statistics"):
-        cells = tables.cell_stats(ok, base, ctx.rows, n_boot=ctx.n_boot)
+        cells = tables.cell_stats(ok, comps, ctx.rows, n_boot=ctx.n_boot)
     runs = cells.groupby("row")["n"].max().to_dict() if not cells.empty else {}
     reduced = set()
     if "data_params" in ok.columns:
@@ -120,9 +135,10 @@ def gnn_section(ctx: Context) -> Section:
         reduced = {d for d, p in zip(dp["dataset"].tolist(), dp["data_params"].tolist())
                    if p not in ("", "{}")}
     notes = []
-    named = sorted({f"{r} → {b}" for r, b in base.items() if b})
+    named = [f"{r} vs {c.baseline} ({c.axis})" for r in ctx.rows for c in comps.get(r, [])]
     if named:
-        notes.append("Baselines: " + "; ".join(named) + ".")
+        notes.append("Comparisons, each with the row that differs in that one axis only (the "
+                     "markers refer to the first of each row): " + "; ".join(named) + ".")
     if ctx.axes.pooled:
         notes.append("Pooled over the continuous axes " + ", ".join(ctx.axes.pooled)
                      + " (see the figures).")
@@ -145,9 +161,12 @@ def gnn_section(ctx: Context) -> Section:
         variants = _variant_order(ok)
         with _timed("figures"):
             sec.figures = all_figures(ok, ctx.study.curves, ctx.figures_dir, ctx.study.name,
-                                      variants, jobs=ctx.jobs)
+                                      variants, jobs=ctx.jobs, hue=colour_axis(ok, ctx.axes))
     info = {f.name: f.info for f in sec.figures}
     sec.findings = findings(cells, info)
+    banner = thin_banner(cells)
+    if banner:
+        sec.banner.append(banner)
     if cells.empty:
         sec.notes.append("No finished run has an accuracy or attention AUC on a test split.")
     return sec
@@ -168,6 +187,15 @@ def sdc_section(ctx: Context) -> Section:
     if t is not None:
         sec.tables.append(t)
         d = t.data
+        thin = d[d["runs"] < stats.MIN_PAIRED_SEEDS]
+        if len(thin):
+            keys = list(d.columns[:d.columns.get_loc("runs")])
+            ex = "; ".join(", ".join(f"{k}={x[k]}" for k in keys) + f": {x['runs']} runs"
+                           for _, x in thin.head(6).iterrows())
+            sec.banner.append(f"This store is too thin for claims: {len(thin)} of {len(d)} rows "
+                              f"have fewer than {stats.MIN_PAIRED_SEEDS} runs ({ex}). Their "
+                              "numbers are shown without findings.")
+        d = d[d["runs"] >= stats.MIN_PAIRED_SEEDS]
         if {"ft_mean", "accuracy_mean"} <= set(d.columns) and len(d) > 1:
             keys = list(d.columns[:d.columns.get_loc("runs")])
             best = d.loc[d["ft_mean"].idxmax()]
@@ -376,6 +404,7 @@ padding:1.5em;color:#222;line-height:1.45}
 h1{border-bottom:2px solid #335;padding-bottom:.2em}h2{margin-top:2em;border-bottom:1px solid #aab}
 table.t{border-collapse:collapse;font-size:13px;margin:.6em 0;font-variant-numeric:tabular-nums}
 table.t th,table.t td{padding:3px 8px;text-align:right;white-space:nowrap}
+table.t td:first-child{white-space:normal;min-width:12em;max-width:24em}
 table.t th{border-bottom:1px solid #333;background:#f4f5f8}table.t th[colspan]{text-align:center}
 table.t td:first-child,
 table.t th:first-child{text-align:left}table.t tr:nth-child(even) td{background:#fafbfc}
@@ -384,6 +413,8 @@ border-bottom:2px solid #333}.note{font-size:12px;color:#555;margin:.2em 0}
 .scroll{overflow-x:auto}figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}
 figcaption{font-size:13px;color:#444}.findings li{margin:.3em 0}.kv td{padding:1px 10px 1px 0}
 .warn{color:#a33}nav a{margin-right:1em}
+.banner{background:#fff4ce;border:2px solid #d9a400;border-radius:4px;padding:.6em 1em;
+margin:1em 0;font-weight:600}
 """
 
 
@@ -405,6 +436,8 @@ def render_html(reports: list[StudyReport], results_dir: Path, elapsed: float) -
     for r in reports:
         s, ov = r.study, r.overview
         parts.append(f'<h2 id="{e(s.name)}">Study: {e(s.name)}</h2>')
+        for b in [b for sec in r.sections for b in sec.banner]:
+            parts.append(f"<div class='banner' role='alert'>⚠ {e(b)}</div>")
         allf = [f for sec in r.sections for f in sec.findings]
         if allf:
             parts.append("<h3>Findings</h3><ul class='findings'>"
@@ -443,16 +476,26 @@ METHOD = [
     "(one run = one seed of one trial).",
     f"95% CIs: percentile bootstrap of the mean, {stats.N_BOOT:,} resamples (fewer, at least "
     f"{stats.MIN_BOOT:,}, when n x B would exceed {stats.MAX_DRAWS:,}), fixed seed {stats.SEED}.",
-    "Paired comparisons: each row against its baseline (the global-pool model of the same "
-    "backbone, else the backbone's first row) over the seeds both have; runs of one seed are "
-    "averaged. Wilcoxon signed-rank (two-sided, exact for n ≤ 50) and a null-centred paired "
-    "bootstrap; Holm-Bonferroni adjustment over all comparisons of a study; ↑/↓ mark Holm "
-    "p < 0.05.",
+    "Paired comparisons: each row against every row that differs from it in exactly one of the "
+    "study's varied axes and holds that axis's reference value (softmax, unsup, threshold "
+    "selection, global pooling; else the value most rows share), over the seeds both have; "
+    "runs of one seed are averaged. One test: the exact paired sign-flip (permutation) test of "
+    "the mean difference (random sign patterns beyond 16 pairs), whose inversion is the 95% CI "
+    "of the difference, so p < 0.05 exactly when the CI excludes 0. Holm-Bonferroni adjustment "
+    "over all tested comparisons of a study; ↑/↓ mark Holm p < 0.05 against the row's first "
+    "comparison.",
+    f"Minimum data for claims: a comparison needs ≥ {stats.MIN_PAIRED_SEEDS} shared seeds for a "
+    "p-value, a CI of its difference, a marker or a finding; best-model and paper sentences use "
+    f"cells with ≥ {stats.MIN_PAIRED_SEEDS} seeds; a correlation is stated with ≥ "
+    f"{stats.MIN_CORRELATION_POINTS} runs from ≥ {stats.MIN_PAIRED_SEEDS} seeds. A banner names "
+    "what falls short.",
     f"The paper's AUC column is compared with the AUC of the first pooling layer on "
     f"{tables.column_name(AUC_SPLIT)}; models without attention are scored by leave-one-node-out "
     "attention.",
     "Exponential fit: least squares of acc = a·exp(b·AUC) + c on fractions: b located on a grid "
-    "(a, c solved linearly for each b), then refined by scipy curve_fit.",
+    "(a, c solved linearly for each b), then refined by scipy curve_fit; drawn only with ≥ "
+    f"{stats.MIN_FIT_POINTS} points, ≥ {stats.MIN_FIT_DISTINCT} distinct AUC values and an AUC "
+    f"span ≥ {100 * stats.MIN_FIT_SPAN:.0f} points.",
 ]
 
 
@@ -470,6 +513,7 @@ def render_markdown(reports: list[StudyReport], results_dir: Path, out: Path,
     for r in reports:
         s, ov = r.study, r.overview
         lines += [f"## Study: {s.name}", ""]
+        lines += [f"> **⚠ {b}**\n" for sec in r.sections for b in sec.banner]
         allf = [f for sec in r.sections for f in sec.findings]
         if allf:
             lines += ["### Findings", ""] + [f"- {f}" for f in allf] + [""]
@@ -500,6 +544,7 @@ def _summary(reports: list[StudyReport]) -> dict:
 
     return {r.study.name: {
         "counts": r.overview.counts, "missing": r.overview.missing + r.rows_missing,
+        "banner": [b for s in r.sections for b in s.banner],
         "findings": [f for s in r.sections for f in s.findings],
         "tables": [str(p) for s in r.sections for p in s.files],
         "figures": [str(p) for s in r.sections for f in s.figures for p in (f.png, f.svg)],
@@ -543,8 +588,7 @@ def write_report(results_dir: str | Path, out: str | Path = "report",
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit code (2 on bad input)."""
-    p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split(
-        "\n\n")[0].split(": ", 1)[-1])
+    p = argparse.ArgumentParser(prog="python -m analysis.report", description=DESCRIPTION)
     p.add_argument("results_dir", help="result store (RESULTS_DIR/<study>/trials/*.parquet)")
     p.add_argument("--study", nargs="+", action="extend", metavar="NAME",
                    help="only these studies (default: all)")

@@ -1,14 +1,14 @@
-"""Statistics of the report: mean +- std, bootstrap CIs, paired tests, Holm, exponential fit.
+"""Statistics of the report: mean +- std, bootstrap CIs, a paired test, Holm, exponential fit.
 
 - `mean_std`: sample mean and standard deviation (ddof = 1, as "mean +- std over runs").
 - `bootstrap_ci`: percentile bootstrap CI of the mean (fixed seed: reports are reproducible).
-- `paired_bootstrap`: CI of the mean paired difference and a two-sided p-value from the
-  null-centred bootstrap (Efron & Tibshirani 1993, Alg. 16.2).
-- `wilcoxon_p`: two-sided Wilcoxon signed-rank test (exact for small samples).
+- `sign_flip`: the one paired test of the report, an exact paired permutation (sign-flip)
+  test of the mean difference, and the CI that inverts it: 0 lies outside the CI exactly
+  when p < alpha, so the interval and the p-value can never disagree.
 - `holm`: Holm-Bonferroni step-down adjustment of a family of p-values.
 - `exp_fit`: least-squares fit of y = a * exp(b * x) + c (the paper's "accuracy grows
   exponentially with attention AUC"): grid over b with a, c solved linearly, then
-  refined by `scipy.optimize.curve_fit`.
+  refined by `scipy.optimize.curve_fit`; `exp_fit_support` says whether data can carry it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-N_BOOT = 10_000  # bootstrap resamples
+N_BOOT = 10_000  # bootstrap resamples (and random sign patterns of a large sign-flip test)
 MAX_DRAWS = 500_000  # cap on resamples x sample size per estimate (B shrinks, >= MIN_BOOT)
 MIN_BOOT = 1_000  # fewest resamples: the endpoints' Monte Carlo error stays < 0.1 SE
 SEED = 0  # every bootstrap starts from this seed
+MIN_PAIRED_SEEDS = 5  # fewer shared seeds: no p-value, CI, marker or finding for a comparison
+MAX_EXACT = 16  # sign-flip test enumerates all 2^n sign patterns up to this many pairs
+MIN_CORRELATION_POINTS = 10  # fewest runs for a correlation or fit to be stated as a finding
+MIN_FIT_POINTS = 10  # fewest points for an exponential fit to be drawn
+MIN_FIT_SPAN = 0.10  # the x values (AUC, fractions) must span at least this much
+MIN_FIT_DISTINCT = 5  # ... and take at least this many distinct values
 
 
 def _clean(x: object) -> np.ndarray:
@@ -64,68 +70,75 @@ def bootstrap_ci(x: object, level: float = 0.95, n_boot: int = N_BOOT,
     return float(lo), float(hi)
 
 
-@dataclass(frozen=True)
-class Paired:
-    """A paired comparison of a variant with its baseline over shared seeds."""
+def _flip_set_means(d: np.ndarray, n_perm: int, seed: int) -> tuple[np.ndarray, int, int]:
+    """Means of d over the sets A of flipped signs: (sorted means of the non-empty sets,
+    empty sets drawn, denominator). Exact (every non-empty subset, denominator 2^n) for
+    n <= MAX_EXACT; otherwise `n_perm` random sets, denominator n_perm + 1."""
+    n = d.size
+    if n <= MAX_EXACT:
+        sums, sizes = np.zeros(1), np.zeros(1, dtype=np.int64)
+        for x in d:  # subset sums by doubling: 2^n entries, the empty set first
+            sums, sizes = np.concatenate([sums, sums + x]), np.concatenate([sizes, sizes + 1])
+        return np.sort(sums[1:] / sizes[1:]), 0, 2 ** n
+    rng = np.random.default_rng(seed)
+    b = max(MIN_BOOT, min(n_perm, MAX_DRAWS // n))
+    flip = rng.integers(0, 2, size=(b, n), dtype=np.int8).astype(bool)
+    sizes = flip.sum(axis=1)
+    keep = sizes > 0
+    return np.sort((flip[keep] @ d) / sizes[keep]), int((~keep).sum()), b + 1
 
-    n: int  # shared seeds
-    delta: float  # mean difference (variant - baseline)
-    ci_lo: float  # bootstrap CI of the mean difference
-    ci_hi: float
-    p_boot: float  # two-sided p, null-centred paired bootstrap
-    p_wilcoxon: float  # two-sided p, Wilcoxon signed-rank
 
+def sign_flip(d: object, alpha: float = 0.05, n_perm: int = N_BOOT,
+              seed: int = SEED) -> tuple[float, float, float]:
+    """(p, CI low, CI high) of the exact paired permutation (sign-flip) test of mean(d) = 0.
 
-def paired_bootstrap(d: object, level: float = 0.95, n_boot: int = N_BOOT,
-                     seed: int = SEED) -> tuple[float, float, float]:
-    """(CI low, CI high, p) of the mean of paired differences `d`.
-
-    CI: percentile bootstrap of mean(d). p: resample the centred differences
-    d - mean(d) (the null of no mean difference) and count |mean*| >= |mean(d)|,
-    with the +1 correction: p = (1 + #) / (1 + B).
+    Under the null the signs of the paired differences are exchangeable. Flipping the set
+    A of signs moves the sum at least as far up as observed iff mean_A(d - delta) <= 0, so
+    p_up(delta) = (1 + #{A : mean_A(d) <= delta}) / 2^n (the identity counted once), p_down
+    alike, and p = min(1, 2 min(p_up(0), p_down(0))). The (1 - alpha) CI is every delta
+    with p(delta) > alpha: order statistics of the subset means. Hence 0 is outside the CI
+    iff p < alpha. With n pairs p >= 2 / 2^n, and the CI is unbounded while 2 / 2^n > alpha.
     """
     a = _clean(d)
     if a.size == 0:
         return math.nan, math.nan, math.nan
-    lo, hi = bootstrap_ci(a, level, n_boot, seed)
-    if a.size < 2:
-        return lo, hi, math.nan
-    obs = a.mean()
-    null = _boot_means(a - obs, n_boot, seed)
-    p = (1 + np.sum(np.abs(null) >= abs(obs) - 1e-12)) / (1 + null.size)
-    return lo, hi, float(min(1.0, p))
+    means, empty, total = _flip_set_means(a, n_perm, seed)
+    tol = 1e-9 * max(1.0, float(np.abs(a).max()))
+    below = int(np.searchsorted(means, tol, side="right"))  # subset means <= 0
+    above = means.size - int(np.searchsorted(means, -tol, side="left"))  # subset means >= 0
+    p = min(1.0, 2 * (1 + empty + min(below, above)) / total)
+    k = math.floor(alpha * total / 2 - 1 - empty + 1e-9) + 1  # fewest counts not rejected
+    if k <= 0:
+        return p, -math.inf, math.inf
+    return p, float(means[k - 1]), float(means[means.size - k])
 
 
-def wilcoxon_p(d: object) -> float:
-    """Two-sided Wilcoxon signed-rank p of paired differences (zeros dropped; exact when
-    n <= 50 without ties). 1 when every difference is zero, NaN without data."""
-    a = _clean(d)
-    if a.size == 0:
-        return math.nan
-    if np.all(a == 0):
-        return 1.0
-    from scipy import stats as sps  # imported on first use: a bad-input exit stays fast
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(sps.wilcoxon(a, zero_method="wilcox", alternative="two-sided").pvalue)
+def min_p(n: int) -> float:
+    """Smallest two-sided sign-flip p reachable with n non-zero pairs: 2 / 2^n."""
+    return min(1.0, 2.0 / 2 ** n) if n > 0 else math.nan
 
 
-def paired(variant: object, baseline: object, level: float = 0.95, n_boot: int = N_BOOT,
+@dataclass(frozen=True)
+class Paired:
+    """A paired comparison of a row with its baseline over shared seeds."""
+
+    n: int  # shared seeds
+    delta: float  # mean difference (row - baseline)
+    ci_lo: float  # CI of the mean difference, the inversion of the sign-flip test
+    ci_hi: float
+    p: float  # two-sided p of the exact sign-flip test
+
+
+def paired(variant: object, baseline: object, alpha: float = 0.05, n_perm: int = N_BOOT,
            seed: int = SEED) -> Paired:
     """Compare two aligned arrays (one value per shared seed; NaN pairs dropped)."""
     v, b = np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)
     keep = np.isfinite(v) & np.isfinite(b)
     d = v[keep] - b[keep]
     if d.size == 0:
-        return Paired(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-    lo, hi, p_boot = paired_bootstrap(d, level, n_boot, seed)
-    return Paired(int(d.size), float(d.mean()), lo, hi, p_boot, wilcoxon_p(d))
-
-
-def min_wilcoxon_p(n: int) -> float:
-    """Smallest two-sided exact Wilcoxon p reachable with n pairs: 2 / 2^n."""
-    return min(1.0, 2.0 / 2 ** n) if n > 0 else math.nan
+        return Paired(0, math.nan, math.nan, math.nan, math.nan)
+    p, lo, hi = sign_flip(d, alpha, n_perm, seed)
+    return Paired(int(d.size), float(d.mean()), lo, hi, p)
 
 
 def holm(p: object) -> np.ndarray:
@@ -229,6 +242,21 @@ def exp_fit(x: object, y: object) -> ExpFit:
     a = a1 * math.exp(-b1 * x0)
     yhat = a1 * np.exp(b1 * xc) + c1
     return ExpFit(float(a), float(b1), float(c1), _r2(ya, yhat), n, method)
+
+
+def exp_fit_support(x: object) -> str:
+    """Why the x values (AUC, fractions) cannot carry a 3-parameter exponential fit, or ""
+    when they can: at least MIN_FIT_POINTS points, MIN_FIT_DISTINCT distinct values and a
+    span of MIN_FIT_SPAN (a curve through a narrow cloud is extrapolated noise)."""
+    a = _clean(x)
+    if a.size < MIN_FIT_POINTS:
+        return f"{a.size} points (a fit needs ≥ {MIN_FIT_POINTS})"
+    if np.unique(a).size < MIN_FIT_DISTINCT:
+        return f"{np.unique(a).size} distinct AUC values (a fit needs ≥ {MIN_FIT_DISTINCT})"
+    if np.ptp(a) < MIN_FIT_SPAN:
+        return (f"AUC spans {100 * np.ptp(a):.1f} points (a fit needs ≥ "
+                f"{100 * MIN_FIT_SPAN:.0f})")
+    return ""
 
 
 def pearson(x: object, y: object) -> tuple[float, float, int]:

@@ -1,11 +1,12 @@
 """Tables of a study: the SPEC §5 layout, the paper comparison, statistics, attention layers.
 
-`cell_stats` computes one row of numbers per (table row, dataset, column): n runs,
-mean, std, 95% bootstrap CI, the paired comparison with the row's baseline over
-shared seeds (Wilcoxon and paired bootstrap; Holm-adjusted over the study), and the
-paper's number. The `*_table` functions lay those numbers out as `Table`s, which
-render to Markdown, LaTeX (booktabs) and HTML and save their numbers as CSV.
-Accuracy and AUC are shown in percent.
+`cell_stats` computes one row of numbers per (table row, dataset, column, one-axis
+comparison): n runs and seeds, mean, std, 95% bootstrap CI, the paired comparison with
+the baseline over shared seeds (exact sign-flip test and the CI inverting it, Holm-adjusted
+over the study; only with at least `stats.MIN_PAIRED_SEEDS` shared seeds), and the paper's
+number. The `*_table` functions lay those numbers out as `Table`s, which render to
+Markdown, LaTeX (booktabs) and HTML (wide tables cut into parts) and save their numbers
+as CSV. Accuracy and AUC are shown in percent.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 from analysis import stats
 from analysis.load import layer_columns
 from analysis.reference import AUC_COLUMN, AUC_SPLIT, SDC_REFERENCE, reference
+from analysis.variants import Comparison
 
 TEST_SPLITS = ("test_orig", "test_large", "test_largec", "test_noisy", "test_noisyc", "test")
 SPLIT_NAMES = {"val": "VAL", "test_orig": "ORIG", "test_large": "LARGE",
@@ -29,8 +31,9 @@ SPLIT_NAMES = {"val": "VAL", "test_orig": "ORIG", "test_large": "LARGE",
 DATASET_NAMES = {"colors": "COLORS", "triangles": "TRIANGLES", "mnist_sp": "MNIST-75SP",
                  "digits_sp": "DIGITS-SP", "proteins": "PROTEINS", "dd": "D&D",
                  "collab": "COLLAB"}
-ALPHA = 0.05  # significance level of the markers (Holm-adjusted Wilcoxon p)
+ALPHA = 0.05  # significance level of the markers (Holm-adjusted sign-flip p)
 UP, DOWN = "↑", "↓"
+MAX_HTML_COLUMNS = 8  # value columns per HTML table part: wider tables are cut into parts
 
 
 def dataset_name(d: str) -> str:
@@ -72,9 +75,18 @@ def columns_of(obs: pd.DataFrame) -> dict[str, list[str]]:
     return out
 
 
-def cell_stats(ok: pd.DataFrame, baseline_of: dict[str, str | None], rows: list[str],
+CELL_COLUMNS = ["row", "variant", "dataset", "column", "n", "seeds", "mean", "std", "ci_lo",
+                "ci_hi", "baseline", "axis", "base_value", "value", "primary", "n_pairs", "delta",
+                "delta_lo", "delta_hi", "p", "p_holm", "paper", "paper_std", "paper_source",
+                "diff_paper", "best"]
+
+
+def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows: list[str],
                n_boot: int = stats.N_BOOT) -> pd.DataFrame:
-    """Numbers of every (row, dataset, column) cell; see the module docstring."""
+    """Numbers of every (row, dataset, column) cell, one line per comparison of the row (one
+    line without a baseline when it has none); `primary` marks the line of the row's first
+    comparison, the one the main table marks. Below MIN_PAIRED_SEEDS shared seeds a
+    comparison keeps its Δ but gets no p-value and no CI."""
     obs = observations(ok)
     recs = []
     per_seed = obs.groupby(["row", "dataset", "column", "seed"], sort=False)["value"].mean()
@@ -85,33 +97,23 @@ def cell_stats(ok: pd.DataFrame, baseline_of: dict[str, str | None], rows: list[
     for (row, dset, col), g in obs.groupby(["row", "dataset", "column"], sort=False):
         v = g["value"].to_numpy(dtype=float)
         mean, std = stats.mean_std(v)
-        lo, hi = stats.bootstrap_ci(v, n_boot=n_boot)
-        base = baseline_of.get(row)
-        pr = stats.Paired(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-        if base is not None and (base, dset, col) in seeds_of:
-            a, b = seeds_of[(row, dset, col)], seeds_of[(base, dset, col)]
-            shared = a.index.intersection(b.index)
-            if len(shared):
-                pr = stats.paired(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(),
-                                  n_boot=n_boot)
+        lo, hi = stats.bootstrap_ci(v, n_boot=n_boot) if v.size >= stats.MIN_PAIRED_SEEDS \
+            else (math.nan, math.nan)  # a percentile CI of 2-4 runs is [min, max], not a CI
         ref = reference(variant_of[row], dset, col)
-        recs.append({
-            "row": row, "variant": variant_of[row], "dataset": dset, "column": col,
-            "n": int(v.size), "mean": mean, "std": std, "ci_lo": lo, "ci_hi": hi,
-            "baseline": base if pr.n else None, "n_pairs": pr.n, "delta": pr.delta,
-            "delta_lo": pr.ci_lo, "delta_hi": pr.ci_hi, "p_wilcoxon": pr.p_wilcoxon,
-            "p_boot": pr.p_boot,
-            "paper": ref.mean if ref else math.nan,
-            "paper_std": ref.std if ref and ref.std is not None else math.nan,
-            "paper_source": ref.source if ref else "",
-        })
-    cols = ["row", "variant", "dataset", "column", "n", "mean", "std", "ci_lo", "ci_hi",
-            "baseline", "n_pairs", "delta", "delta_lo", "delta_hi", "p_wilcoxon", "p_boot",
-            "p_holm", "paper", "paper_std", "paper_source", "diff_paper", "best"]
+        cell = {"row": row, "variant": variant_of[row], "dataset": dset, "column": col,
+                "n": int(v.size), "seeds": int(seeds_of[(row, dset, col)].size), "mean": mean,
+                "std": std, "ci_lo": lo, "ci_hi": hi,
+                "paper": ref.mean if ref else math.nan,
+                "paper_std": ref.std if ref and ref.std is not None else math.nan,
+                "paper_source": ref.source if ref else ""}
+        comps = comparisons.get(row) or [None]
+        for i, comp in enumerate(comps):
+            recs.append({**cell, **_compare(comp, seeds_of, (row, dset, col), n_boot),
+                         "primary": i == 0})
     if not recs:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=CELL_COLUMNS)
     out = pd.DataFrame(recs)
-    out["p_holm"] = stats.holm(out["p_wilcoxon"].to_numpy(dtype=float))
+    out["p_holm"] = stats.holm(out["p"].to_numpy(dtype=float))
     out["diff_paper"] = out["mean"] - out["paper"]
     best = out.groupby(["dataset", "column"])["mean"].transform("max")
     out["best"] = np.isclose(out["mean"], best, rtol=0, atol=1e-9)
@@ -119,8 +121,32 @@ def cell_stats(ok: pd.DataFrame, baseline_of: dict[str, str | None], rows: list[
     order = {c: i for i, c in enumerate([*TEST_SPLITS, AUC_COLUMN])}
     out["_r"] = out["row"].map(rank).fillna(len(rank))
     out["_c"] = out["column"].map(order).fillna(len(order))
-    out = out.sort_values(["_r", "dataset", "_c"], kind="stable")
-    return out[cols].reset_index(drop=True)
+    out = out.sort_values(["_r", "dataset", "_c", "primary"], ascending=[True, True, True, False],
+                          kind="stable")
+    return out[CELL_COLUMNS].reset_index(drop=True)
+
+
+def _compare(comp: Comparison | None, seeds_of: dict, key: tuple, n_boot: int) -> dict:
+    """The comparison columns of one cell line."""
+    rec = {"baseline": None, "axis": "", "base_value": "", "value": "", "n_pairs": 0,
+           "delta": math.nan, "delta_lo": math.nan, "delta_hi": math.nan, "p": math.nan}
+    if comp is None:
+        return rec
+    rec.update(baseline=comp.baseline, axis=comp.axis, base_value=comp.base_value,
+               value=comp.value)
+    bkey = (comp.baseline, *key[1:])
+    if bkey not in seeds_of:
+        return rec
+    a, b = seeds_of[key], seeds_of[bkey]
+    shared = a.index.intersection(b.index)
+    if not len(shared):
+        return rec
+    pr = stats.paired(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(), alpha=ALPHA,
+                      n_perm=n_boot)
+    rec.update(n_pairs=pr.n, delta=pr.delta)
+    if pr.n >= stats.MIN_PAIRED_SEEDS:
+        rec.update(delta_lo=pr.ci_lo, delta_hi=pr.ci_hi, p=pr.p)
+    return rec
 
 
 # ----------------------------------------------------------------------------- layout
@@ -190,21 +216,59 @@ class Table:
         lines.append(r"\end{table}")
         return "\n".join(lines) + "\n"
 
-    def to_html(self) -> str:
-        out = ['<table class="t">', "<thead>"]
-        for hrow in self.header:
-            out.append("<tr>" + "".join(
-                f'<th colspan="{s}">{html.escape(t)}</th>' if s > 1 else f"<th>{html.escape(t)}</th>"
-                for t, s in hrow) + "</tr>")
-        out.append("</thead><tbody>")
-        for cells, bolds in zip(self.body, self.bold):
-            out.append("<tr>" + "".join(
-                f"<td><b>{html.escape(c)}</b></td>" if b and c else f"<td>{html.escape(c)}</td>"
-                for c, b in zip(cells, bolds)) + "</tr>")
-        out.append("</tbody></table>")
+    def to_html(self, max_cols: int = MAX_HTML_COLUMNS) -> str:
+        """HTML tables: one, or several parts of at most `max_cols` value columns (each
+        repeating the key columns) when the table is wider, so nothing is cut off."""
+        out = []
+        for part in self.column_parts(max_cols):
+            out += ['<table class="t">', "<thead>"]
+            for hrow in part.header:
+                out.append("<tr>" + "".join(
+                    f'<th colspan="{s}">{html.escape(t)}</th>' if s > 1
+                    else f"<th>{html.escape(t)}</th>" for t, s in hrow) + "</tr>")
+            out.append("</thead><tbody>")
+            for cells, bolds in zip(part.body, part.bold):
+                out.append("<tr>" + "".join(
+                    f"<td><b>{html.escape(c)}</b></td>" if b and c else f"<td>{html.escape(c)}</td>"
+                    for c, b in zip(cells, bolds)) + "</tr>")
+            out.append("</tbody></table>")
         if self.notes:
             out.append("".join(f'<p class="note">{html.escape(n)}</p>' for n in self.notes))
         return "\n".join(out)
+
+    def column_parts(self, max_cols: int = MAX_HTML_COLUMNS) -> list[Table]:
+        """The table cut between its column groups (the first header row's spans) into
+        parts of at most `max_cols` value columns, each repeating the leading key columns
+        (those with an empty group header). A table with one header row stays whole."""
+        top = self.header[0]
+        keys = 0
+        while keys < len(top) and top[keys] == ("", 1):
+            keys += 1
+        groups = [(t, n) for t, n in top[keys:]]
+        if len(self.header) < 2 or sum(n for _, n in groups) <= max_cols \
+                or any(len(h) != keys + sum(n for _, n in groups) for h in self.header[1:]):
+            return [self]
+        pieces: list[tuple[str, int, int]] = []  # (group text, first value column, width)
+        start = keys
+        for text, n in groups:
+            for off in range(0, n, max_cols):
+                pieces.append((text, start + off, min(max_cols, n - off)))
+            start += n
+        parts, cur = [], []
+        for piece in pieces:
+            if cur and sum(w for _, _, w in cur) + piece[2] > max_cols:
+                parts.append(cur)
+                cur = []
+            cur.append(piece)
+        parts.append(cur)
+        out = []
+        for part in parts:
+            cols = list(range(keys)) + [c for _, c0, w in part for c in range(c0, c0 + w)]
+            header = [top[:keys] + [(t, w) for t, _, w in part]]
+            header += [[h[c] for c in cols] for h in self.header[1:]]
+            out.append(Table(self.name, self.title, header, [[r[c] for c in cols] for r in self.body],
+                             [[b[c] for c in cols] for b in self.bold], self.data))
+        return out
 
     def save(self, folder: Path, stem: str) -> list[Path]:
         """Write stem.md, stem.tex and stem.csv into `folder`; returns the paths."""
@@ -225,7 +289,8 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "±": r"$\pm$", UP: r"$^{\uparrow}$", DOWN: r"$^{\downarrow}$", "Δ": r"$\Delta$",
         "−": "-", "–": "--", "≤": r"$\le$", "≥": r"$\ge$", "²": r"$^2$", "·": r"$\cdot$",
         "α": r"$\alpha$", "†": r"$^\dagger$", "→": r"$\rightarrow$",
-        "<": r"$<$", ">": r"$>$", "§": r"\S{}", "≈": r"$\approx$", "×": r"$\times$"}
+        "<": r"$<$", ">": r"$>$", "§": r"\S{}", "≈": r"$\approx$", "×": r"$\times$",
+        "∞": r"$\infty$"}
 
 
 def _tex(s: str) -> str:
@@ -251,10 +316,29 @@ def fmt_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def fmt_ci(lo: float, hi: float) -> str:
+    """A CI of a difference: '[+1.0, +3.5]'; unbounded ends as ∞; '–' when absent."""
+    if np.isnan(lo) or np.isnan(hi):
+        return "–"
+
+    def end(x: float) -> str:
+        return ("−∞" if x < 0 else "+∞") if np.isinf(x) else f"{x:+.1f}"
+
+    return f"[{end(lo)}, {end(hi)}]"
+
+
+def significant(r: pd.Series) -> bool:
+    """A comparison line is significant: tested (enough paired seeds) and Holm p < ALPHA."""
+    return bool(np.isfinite(r["p_holm"]) and r["p_holm"] < ALPHA)
+
+
+def primary(cells: pd.DataFrame) -> pd.DataFrame:
+    """One line per (row, dataset, column): the row's primary comparison (or none)."""
+    return cells[cells["primary"].astype(bool)]
+
+
 def _marker(r: pd.Series) -> str:
-    if np.isfinite(r["p_holm"]) and r["p_holm"] < ALPHA:
-        return UP if r["delta"] > 0 else DOWN
-    return ""
+    return (UP if r["delta"] > 0 else DOWN) if significant(r) else ""
 
 
 def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
@@ -266,6 +350,7 @@ def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
               for d in sorted(cells["dataset"].unique())]
     header = [[("", 1), ("", 1)] + [(dataset_name(d), len(cs)) for d, cs in layout],
               [("Model", 1), ("n", 1)] + [(column_name(c), 1) for _, cs in layout for c in cs]]
+    cells = primary(cells)
     idx = cells.set_index(["row", "dataset", "column"])
     body, bold = [], []
     for r in rows:
@@ -288,14 +373,16 @@ def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
     notes = [f"Accuracy (%) per test split and attention AUC (%, first pooling layer, "
              f"{column_name(AUC_SPLIT)} split); mean ± std over n runs (seeds x trials, per "
              "dataset); bold = best in column; "
-             f"{UP}/{DOWN} = significantly higher/lower than the row's baseline (Wilcoxon "
-             f"signed-rank over shared seeds, Holm-adjusted p < {ALPHA})."] + notes
+             f"{UP}/{DOWN} = significantly higher/lower than the row's first baseline, the row "
+             "differing from it in one axis only (exact sign-flip test over ≥ "
+             f"{stats.MIN_PAIRED_SEEDS} shared seeds, Holm-adjusted p < {ALPHA})."] + notes
     return Table("main", "Accuracy and attention AUC (SPEC §5 layout)", header, body, bold,
                  wide, notes)
 
 
 def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Table | None:
     """Our number beside the paper's, with the difference, for every cell with a reference."""
+    cells = primary(cells)
     c = cells[np.isfinite(cells["paper"].to_numpy(dtype=float))]
     if c.empty:
         return None
@@ -325,29 +412,33 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
 
 
 def stats_table(cells: pd.DataFrame) -> Table:
-    """Every cell's n, mean ± std, 95% CI and paired comparison with its baseline."""
+    """Every cell's n, mean ± std, 95% CI and its one-axis comparisons (one line each)."""
     header = [[("Model", 1), ("Dataset", 1), ("Column", 1), ("n", 1), ("mean ± std", 1),
-               ("95% CI", 1), ("baseline", 1), ("pairs", 1), ("Δ [95% CI]", 1),
-               ("p Wilcoxon", 1), ("p Holm", 1), ("p bootstrap", 1)]]
+               ("95% CI", 1), ("vs (one axis)", 1), ("pairs", 1), ("Δ [95% CI]", 1),
+               ("p", 1), ("p Holm", 1)]]
     body, bold = [], []
     for _, x in cells.iterrows():
         has = x["n_pairs"] > 0
+        vs = f"{x['axis']}={x['base_value']}" if x["axis"] else "–"
         body.append([x["row"], dataset_name(x["dataset"]), column_name(x["column"]),
                      str(x["n"]), fmt_pm(x["mean"], x["std"]),
-                     f"[{x['ci_lo']:.1f}, {x['ci_hi']:.1f}]",
-                     x["baseline"] if has else "–", str(x["n_pairs"]) if has else "–",
-                     f"{x['delta']:+.1f} [{x['delta_lo']:+.1f}, {x['delta_hi']:+.1f}]"
-                     if has else "–",
-                     fmt_p(x["p_wilcoxon"]), fmt_p(x["p_holm"]), fmt_p(x["p_boot"])])
-        bold.append([False] * 11 + [False])
-        bold[-1][10] = bool(np.isfinite(x["p_holm"]) and x["p_holm"] < ALPHA)
+                     f"[{x['ci_lo']:.1f}, {x['ci_hi']:.1f}]" if np.isfinite(x["ci_lo"]) else "–",
+                     vs,
+                     str(x["n_pairs"]) if x["axis"] else "–",
+                     f"{x['delta']:+.1f} {fmt_ci(x['delta_lo'], x['delta_hi'])}" if has else "–",
+                     fmt_p(x["p"]), fmt_p(x["p_holm"])])
+        bold.append([False] * 10 + [significant(x)])
     notes = [f"CI: percentile bootstrap of the mean ({stats.N_BOOT:,} resamples, seed "
-             f"{stats.SEED}). Δ: mean paired difference with the baseline over shared seeds "
-             "(runs of one seed averaged), bootstrap CI. p Wilcoxon: two-sided signed-rank; "
-             "p Holm: Holm-adjusted over every comparison of the study (bold < 0.05); "
-             "p bootstrap: null-centred paired bootstrap."]
+             f"{stats.SEED}; only from {stats.MIN_PAIRED_SEEDS} runs on). vs: the baseline row, "
+             "which differs from this row only in that axis (its value shown). Δ: mean paired "
+             "difference over shared seeds (runs of one seed averaged); p: exact paired "
+             "sign-flip (permutation) test of Δ, and the 95% CI of Δ is that test inverted, so "
+             "it excludes 0 exactly when p < 0.05; p Holm: adjusted over every tested "
+             "comparison of the study (bold < 0.05). Comparisons with fewer than "
+             f"{stats.MIN_PAIRED_SEEDS} shared seeds show Δ only; with n pairs p ≥ 2/2^n, so the "
+             "CI stays unbounded (±∞) below 6 pairs."]
     return Table("stats", "Statistics per cell", header, body, bold, cells, notes,
-                 align="lllrrrlrrrrr")
+                 align="lllrrrlrrrr")
 
 
 def layers_table(ok: pd.DataFrame, rows: list[str]) -> Table | None:

@@ -5,12 +5,14 @@ A *variant* is named as in SPEC §5: backbone plus how attention is used
 A table *row* is a variant plus the other config axes that vary within it in a
 study (e.g. "ChebyGIN unsup (init_dist=normal)"); an axis with more than
 `MAX_ROW_VALUES` distinct values is continuous: it is pooled in the tables and
-shown in the figures instead. Each row is compared with a *baseline* row: the
-global-pool model of the same backbone, else the first row of that backbone.
+shown in the figures instead. Each row is compared only with rows that differ from
+it in exactly one of the study's varied axes (`comparisons`), so that a difference is
+credited to the one axis that changed.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,30 +130,109 @@ def row_order(df: pd.DataFrame) -> list[str]:
     return [r for _, r in sorted(zip(first["_rorder"], first["row"]))]
 
 
-def baselines(df: pd.DataFrame, axes: RowAxes) -> dict[str, str | None]:
-    """Row -> its baseline row (None for a backbone's own baseline).
+# axes in which rows may differ, after the split-by axes, in the order comparisons are listed
+VARIANT_AXES = ("supervision", "selection", "pool_layers", "backbone")
+# axes that mean nothing without attention: global-pool rows are not compared along them
+ATTENTION_AXES = frozenset({"supervision", "selection", "scorer", "scorer_input", "threshold",
+                            "ratio", "normalizer", "kl_weight", "init_dist", "init_scale"})
+# reference values of an axis, most preferred first, where the papers name one ("" = global)
+REFERENCE_VALUES: dict[str, tuple] = {"pool_layers": ("",), "supervision": ("unsup",),
+                                      "selection": ("threshold", "topk"),
+                                      "normalizer": ("softmax",)}
 
-    The baseline is the global-pool row of the same backbone (the one sharing most
-    split-by values, then the first in table order); without one, the backbone's
-    first row. A global-pool row is compared with its backbone's first global row.
+
+@dataclass(frozen=True)
+class Comparison:
+    """A row's baseline that differs from it in one axis only."""
+
+    baseline: str  # the baseline's row label
+    axis: str  # the one varied axis in which the two rows differ
+    value: str  # the row's value of `axis`, formatted
+    base_value: str  # the baseline's value of `axis`, formatted
+
+    def describe(self) -> str:
+        """'normalizer: softmax → sparsemax'."""
+        return f"{self.axis}: {self.base_value} → {self.value}"
+
+
+def varied_axes(df: pd.DataFrame, axes: RowAxes) -> tuple[str, ...]:
+    """Axes whose values differ between the rows of `df`: split-by axes, then VARIANT_AXES."""
+    info = df.drop_duplicates("row")
+    cand = dict.fromkeys([*axes.split_by, *VARIANT_AXES])
+    return tuple(a for a in cand if a in info.columns and info[a].nunique(dropna=False) > 1)
+
+
+def _same(x: object, y: object) -> bool:
+    both_nan = isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)
+    return both_nan or bool(x == y)
+
+
+def comparisons(df: pd.DataFrame, axes: RowAxes) -> dict[str, list[Comparison]]:
+    """Row -> its one-axis comparisons, in `varied_axes` order (the first is its primary one).
+
+    For each varied axis a, the rows that equal a row r in every other varied axis form
+    r's group along a (global-pool rows, which store the default attention settings, take
+    no part in comparisons along an attention axis). The group's reference value of a is
+    the paper's (`REFERENCE_VALUES`) when present, else the value shared by the most rows
+    of the study (each weighted by the number of other axes it shares with the group),
+    else the first in table order. A row not at the reference is compared with the
+    group's reference row; a row without such a neighbour gets no comparison.
     """
-    info = df.drop_duplicates("row").set_index("row")
     order = row_order(df)
-    info = info.loc[order]
-    backbone = info["backbone"] if "backbone" in info.columns else pd.Series("", index=info.index)
-    is_global = (info["pool_layers"] == "") if "pool_layers" in info.columns \
-        else pd.Series(False, index=info.index)
-    out: dict[str, str | None] = {}
-    for row in order:
-        same = [r for r in order if backbone[r] == backbone[row]]
-        globals_ = [r for r in same if is_global[r]]
-        if is_global[row]:
-            out[row] = None if globals_[0] == row else globals_[0]
-            continue
-        cand = globals_ or [same[0]]
-        if cand == [row]:
-            out[row] = None
-            continue
-        shared = {c: sum(info.at[c, a] == info.at[row, a] for a in axes.split_by) for c in cand}
-        out[row] = max(cand, key=lambda c: (shared[c], -order.index(c)))
+    pos = {r: i for i, r in enumerate(order)}
+    info = df.drop_duplicates("row").set_index("row").loc[order]
+    varied = varied_axes(df, axes)
+    vals = {r: {a: info.at[r, a] for a in varied} for r in order}
+    glob = {r: "pool_layers" in info.columns and info.at[r, "pool_layers"] == "" for r in order}
+
+    def agree(r: str, c: str, skip: str) -> int:
+        return sum(_same(vals[r][b], vals[c][b]) for b in varied if b != skip)
+
+    def neighbour(r: str, c: str, a: str) -> bool:
+        if c == r or _same(vals[r][a], vals[c][a]) or (a in ATTENTION_AXES and glob[c]):
+            return False
+        return all(_same(vals[r][b], vals[c][b]) for b in varied if b != a)
+
+    out: dict[str, list[Comparison]] = {r: [] for r in order}
+    for r in order:
+        for a in varied:
+            if a in ATTENTION_AXES and glob[r]:
+                continue
+            group = [r] + [c for c in order if neighbour(r, c, a)]
+            if len(group) < 2:
+                continue
+            ref = _reference(a, group, order, pos, vals, agree)
+            if _same(vals[r][a], ref):
+                continue
+            base = next(c for c in group if _same(vals[c][a], ref))
+            out[r].append(Comparison(base, a, _fmt(vals[r][a]), _fmt(ref)))
     return out
+
+
+def _reference(a: str, group: list[str], order: list[str], pos: dict[str, int], vals: dict,
+               agree) -> object:
+    """The reference value of axis `a` in `group` (rows differing only in `a`)."""
+    firsts: dict = {}
+    for c in group:
+        if not any(_same(vals[c][a], v) for v in firsts):
+            firsts[vals[c][a]] = pos[c]
+    for declared in REFERENCE_VALUES.get(a, ()):
+        for v in firsts:
+            if _same(v, declared):
+                return v
+    r = group[0]
+
+    def weight(v: object) -> int:
+        return sum(agree(r, c, a) for c in order if _same(vals[c][a], v))
+
+    return max(firsts, key=lambda v: (weight(v), -firsts[v]))
+
+
+def colour_axis(df: pd.DataFrame, axes: RowAxes, max_values: int = 10) -> str | None:
+    """The axis a study's scatter plots are coloured by: its first split-by axis (the
+    config axis the study varies within a model variant, e.g. normalizer) with at most
+    `max_values` values; None when rows differ only by variant (colour by variant)."""
+    for a in axes.split_by:
+        if a in df.columns and df[a].nunique(dropna=False) <= max_values:
+            return a
+    return None

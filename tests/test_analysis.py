@@ -3,7 +3,7 @@
 A synthetic store with known values is written by the tests (`analysis.synthetic`),
 the report is generated once per module, and its CSV tables are checked against
 means, standard deviations, bootstrap CIs and paired p-values computed here with
-numpy/scipy (and, for Wilcoxon, by enumerating sign patterns).
+numpy (the sign-flip test by enumerating the 2^n sign patterns directly).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from analysis.variants import variant_label
 
 SEEDS = list(range(6))
 B_CG = [0.40, 0.42, 0.45, 0.41, 0.43, 0.44]  # ChebyGIN global pool, TEST-LARGE
-V_CG = [0.60, 0.55, 0.70, 0.58, 0.66, 0.61]  # ChebyGIN sup, TEST-LARGE
+V_CG = [0.60, 0.55, 0.70, 0.58, 0.66, 0.61]  # ChebyGIN unsup, TEST-LARGE
 G_GIN = [0.10, 0.12, 0.08, 0.11, 0.15, 0.09]  # GIN global pool, TEST-LARGE
-D_TOPK = [3, -1, 4, 2, -5, 6]  # GIN unsup top-k minus GIN global pool, points
+D_GIN = [3, -1, 4, 2, -5, 6]  # GIN unsup minus GIN global pool, points
 COS = [-0.5, -0.2, 0.0, 0.3, 0.6, 0.9]
 FIGURES = ("acc_vs_auc", "init_cos", "dynamics", "ratio_kept", "acc_by_size", "gt_mass")
 
@@ -64,10 +64,10 @@ def store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("results")
     rows = []
     rows += _trial("cg_global", B_CG, backbone="chebygin", pool_layers="", supervision="unsup")
-    rows += _trial("cg_sup", V_CG, backbone="chebygin", pool_layers="1", supervision="sup")
+    rows += _trial("cg_unsup", V_CG, backbone="chebygin", pool_layers="1", supervision="unsup")
     rows += _trial("gin_global", G_GIN, backbone="gin", K=1, pool_layers="")
-    rows += _trial("gin_topk", [g + d / 100 for g, d in zip(G_GIN, D_TOPK)], backbone="gin", K=1,
-                   pool_layers="1", selection="topk")
+    rows += _trial("gin_unsup", [g + d / 100 for g, d in zip(G_GIN, D_GIN)], backbone="gin", K=1,
+                   pool_layers="1")
     # a failed trial and a partial one (3 seeds packed, 1 written) with two pooling layers
     rows += [trial_record(trial_id="cg_fail", seed=s, split=sp, status="error",
                           error="RuntimeError: boom", supervision="weak", seeds="0,1")
@@ -76,7 +76,7 @@ def store(tmp_path_factory) -> Path:
                           pool_layers="1,2", seeds="0,1,2", attn_auc_l1=0.9, ratio_kept_l1=0.3)
              for sp in ("val", "test_orig", "test_large")]
     write_trials(root, "known", rows)
-    write_curves(root, "known", [c for t in ("cg_global", "cg_sup", "gin_global", "gin_topk")
+    write_curves(root, "known", [c for t in ("cg_global", "cg_unsup", "gin_global", "gin_unsup")
                                  for c in _curves(t)])
     sdc = [{"trial_id": f"sdc_{n}", "seed": s, "split": "test", "status": "ok", "error": "",
             "dataset": "sdc_cifar", "normalizer": n, "accuracy": 0.9 + 0.01 * s, "ft": f,
@@ -97,9 +97,10 @@ def report(store, tmp_path_factory) -> tuple[Path, dict]:
     return out, write_report(store, out, jobs=2)  # figures drawn by two forked processes
 
 
-def _cell(out: Path, row: str, column: str) -> pd.Series:
+def _cell(out: Path, row: str, column: str, baseline: str | None = None) -> pd.Series:
     df = pd.read_csv(out / "tables" / "known__stats.csv")
-    return df[(df["row"] == row) & (df["column"] == column)].iloc[0]
+    pick = (df["row"] == row) & (df["column"] == column)
+    return df[pick & ((df["baseline"] == baseline) if baseline else df["primary"])].iloc[0]
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -108,7 +109,7 @@ def _cell(out: Path, row: str, column: str) -> pd.Series:
 def test_mean_std_match_hand_computation(report):
     out, _ = report
     main_csv = pd.read_csv(out / "tables" / "known__main.csv").set_index("row")
-    for row, vals in (("ChebyGIN sup", V_CG), ("ChebyGIN global pool", B_CG)):
+    for row, vals in (("ChebyGIN unsup", V_CG), ("ChebyGIN global pool", B_CG)):
         v = 100 * np.array(vals)
         assert main_csv.loc[row, "colors.test_large.mean"] == pytest.approx(v.mean())
         assert main_csv.loc[row, "colors.test_large.std"] == pytest.approx(v.std(ddof=1))
@@ -120,48 +121,43 @@ def test_bootstrap_ci_matches_hand_computation(report):
     rng = np.random.default_rng(0)
     means = x[rng.integers(0, x.size, size=(10_000, x.size), dtype=np.int32)].mean(axis=1)
     lo, hi = np.quantile(means, [0.025, 0.975])
-    c = _cell(out, "ChebyGIN sup", "test_large")
+    c = _cell(out, "ChebyGIN unsup", "test_large")
     assert (c["ci_lo"], c["ci_hi"]) == pytest.approx((lo, hi))
     assert x.min() <= lo < x.mean() < hi <= x.max()
 
 
-def _wilcoxon_exact(d: np.ndarray) -> float:
-    """Two-sided exact signed-rank p by enumerating the 2^n sign patterns (no ties)."""
-    ranks = np.argsort(np.argsort(np.abs(d))) + 1
-    w = ranks[d > 0].sum()
-    null = [sum(r for r, s in zip(ranks, signs) if s)
-            for signs in itertools.product([0, 1], repeat=d.size)]
-    null = np.array(null)
-    return min(1.0, 2 * min((null <= w).mean(), (null >= w).mean()))
+def _sign_flip_exact(d: np.ndarray) -> float:
+    """Two-sided p of mean(d) = 0: the share of the 2^n sign patterns whose |sum| reaches
+    the observed |sum|."""
+    sums = np.array([np.dot(signs, d) for signs in itertools.product([-1, 1], repeat=d.size)])
+    return float(np.mean(np.abs(sums) >= abs(d.sum()) - 1e-9))
 
 
 def test_paired_p_values_match_hand_computation(report):
     out, _ = report
     d = 100 * (np.array(V_CG) - np.array(B_CG))
-    c = _cell(out, "ChebyGIN sup", "test_large")
-    assert c["baseline"] == "ChebyGIN global pool" and c["n_pairs"] == 6
-    assert c["delta"] == pytest.approx(d.mean())
-    assert c["p_wilcoxon"] == pytest.approx(2 / 2 ** 6)  # every difference positive
-    assert c["p_wilcoxon"] == pytest.approx(_wilcoxon_exact(d))
-    # mixed signs: W- = 1 + 5 = 6; 14 of 64 sign patterns give W <= 6 -> p = 28/64
-    c2 = _cell(out, "GIN unsup top-k", "test_large")
-    assert c2["baseline"] == "GIN global pool"
-    assert c2["p_wilcoxon"] == pytest.approx(28 / 64)
-    assert c2["p_wilcoxon"] == pytest.approx(_wilcoxon_exact(np.array(D_TOPK, dtype=float)))
-    # paired bootstrap: CI of mean(d) and the null-centred p, same seed
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, 6, size=(10_000, 6), dtype=np.int32)
-    lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975])
-    rng = np.random.default_rng(0)
-    null = (d - d.mean())[rng.integers(0, 6, size=(10_000, 6), dtype=np.int32)].mean(axis=1)
-    p = (1 + np.sum(np.abs(null) >= abs(d.mean()) - 1e-12)) / 10_001
-    assert (c["delta_lo"], c["delta_hi"], c["p_boot"]) == pytest.approx((lo, hi, p))
+    c = _cell(out, "ChebyGIN unsup", "test_large")
+    assert c["baseline"] == "ChebyGIN global pool" and c["axis"] == "pool_layers"
+    assert c["n_pairs"] == 6 and c["delta"] == pytest.approx(d.mean())
+    assert c["p"] == pytest.approx(2 / 2 ** 6)  # every difference positive
+    assert c["p"] == pytest.approx(_sign_flip_exact(d))
+    # every difference positive: the 95% CI of 6 pairs is [min d, max d] (p = 2/64 < 0.05)
+    assert (c["delta_lo"], c["delta_hi"]) == pytest.approx((d.min(), d.max()))
+    # mixed signs: sum = 9; 28 of the 64 sign patterns reach |sum| >= 9
+    c2 = _cell(out, "GIN unsup", "test_large")
+    assert c2["baseline"] == "GIN global pool" and c2["axis"] == "pool_layers"
+    assert c2["p"] == pytest.approx(28 / 64)
+    assert c2["p"] == pytest.approx(_sign_flip_exact(np.array(D_GIN, dtype=float)))
+    assert c2["delta_lo"] < 0 < c2["delta_hi"]
+    # the other one-axis comparison of ChebyGIN unsup: the backbone, against GIN unsup
+    c3 = _cell(out, "ChebyGIN unsup", "test_large", baseline="GIN unsup")
+    assert c3["axis"] == "backbone" and not c3["primary"]
 
 
 def test_holm_over_the_study(report):
     out, _ = report
     df = pd.read_csv(out / "tables" / "known__stats.csv")
-    p = df["p_wilcoxon"].to_numpy()
+    p = df["p"].to_numpy()
     ok = np.isfinite(p)
     m = ok.sum()
     order = np.argsort(p[ok], kind="stable")
@@ -169,7 +165,7 @@ def test_holm_over_the_study(report):
     expected = np.empty(m)
     expected[order] = adj
     assert df["p_holm"].to_numpy()[ok] == pytest.approx(expected)
-    assert df["p_holm"].isna().equals(df["p_wilcoxon"].isna())
+    assert df["p_holm"].isna().equals(df["p"].isna())
 
 
 def test_holm_known_vector():
@@ -182,8 +178,8 @@ def test_stats_edge_cases():
     assert stats.mean_std([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1.0))
     assert np.isnan(stats.mean_std([5.0])[1])
     assert stats.bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
-    assert stats.wilcoxon_p([0.0, 0.0]) == 1.0
-    assert stats.min_wilcoxon_p(3) == pytest.approx(0.25)
+    assert stats.sign_flip([0.0, 0.0])[0] == 1.0
+    assert stats.min_p(3) == pytest.approx(0.25)
     assert stats.n_resamples(10) == 10_000 and stats.n_resamples(100_000) == 1_000
     assert stats.n_resamples(200) == 2_500  # 500,000 draws
 
@@ -215,7 +211,7 @@ def test_significance_marker_with_ten_seeds(tmp_path):
     """One comparison over 10 seeds, every difference positive: p = 2/2^10, marked ↑."""
     rows = [trial_record(trial_id=t, seed=s, split="test_large", accuracy=a + 0.01 * s + d * s / 1000,
                          attn_auc_l0=float("nan"), pool_layers=pool, supervision=sup)
-            for t, a, d, pool, sup in (("g", 0.4, 0, "", "unsup"), ("s", 0.6, 1, "1", "sup"))
+            for t, a, d, pool, sup in (("g", 0.4, 0, "", "unsup"), ("s", 0.6, 1, "1", "unsup"))
             for s in range(10)]
     write_trials(tmp_path / "res", "sig", rows)
     write_report(tmp_path / "res", tmp_path / "out", figures=False)
@@ -228,9 +224,9 @@ def test_significance_marker_with_ten_seeds(tmp_path):
 def test_paper_comparison(report):
     out, _ = report
     df = pd.read_csv(out / "tables" / "known__paper.csv")
-    r = df[(df["row"] == "ChebyGIN sup") & (df["column"] == "test_large")].iloc[0]
-    assert r["paper"] == 58.6 and r["paper_source"] == "workshop"
-    assert r["diff_paper"] == pytest.approx(100 * np.mean(V_CG) - 58.6)
+    r = df[(df["row"] == "ChebyGIN unsup") & (df["column"] == "test_large")].iloc[0]
+    assert r["paper"] == 14.4 and r["paper_source"] == "workshop"
+    assert r["diff_paper"] == pytest.approx(100 * np.mean(V_CG) - 14.4)
     assert reference("ChebyGIN sup", "triangles", "test_large").source == "final"
     assert reference("GIN global pool", "colors", "auc").mean == 98.0
     assert reference("ChebyGIN + GT attention", "colors", "test_orig") is None
@@ -409,8 +405,8 @@ def test_cache_reads_only_new_files_and_matches_a_cold_read(store, tmp_path, mon
     pd.testing.assert_frame_equal(cold.curves, warm.curves)
     assert warm.failed_attempts == 3
     write_trials(root, "known", [trial_record(trial_id="new", seed=0, supervision="weak")])
-    (root / "known" / "trials" / "gin_topk.parquet").unlink()
+    (root / "known" / "trials" / "gin_unsup.parquet").unlink()
     again = load_store(root, ["known"], cache)[0]
     assert seen == [str((root / "known" / "trials" / "new.parquet").resolve())]
     ids = set(again.trials["trial_id"])
-    assert "new" in ids and "gin_topk" not in ids
+    assert "new" in ids and "gin_unsup" not in ids
