@@ -59,8 +59,16 @@ from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet, NetOutput
-from ablate.models.pooling import PoolResult, cosine
-from ablate.train import _peak_rss_mb, evaluate, optimal_projection, summarize, task_loss
+from ablate.models.pooling import PoolResult
+from ablate.train import (
+    _peak_rss_mb,
+    evaluate,
+    init_cosine,
+    lr_at,
+    pool_test_auc,
+    summarize,
+    task_loss,
+)
 
 EVAL_ENTRIES = 50_000_000  # feature entries (members x graphs x nodes x channels) per vmapped eval
 STACKED = ("threshold", "ratio", "kl_weight")  # per-member values fed to the forward as tensors
@@ -93,11 +101,6 @@ def pack_key(cfg: TrialConfig) -> str:
 def replays(cfg: TrialConfig, device: torch.device) -> bool:
     """Whether the fixed-shape step is used: step=replay, or step=auto on CUDA."""
     return cfg.step == "replay" or (cfg.step == "auto" and device.type == "cuda")
-
-
-def lr_at(cfg: TrialConfig, epoch: int) -> float:
-    """Learning rate of 1-based `epoch`: x0.1 after each of cfg.lr_decay_epochs (as MultiStepLR)."""
-    return cfg.lr * 0.1 ** sum(1 for m in cfg.lr_decay_epochs if m <= epoch - 1)
 
 
 def _gather(train: TrainBatches, idx: Tensor, static: bool) -> DenseBatch:
@@ -381,12 +384,7 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     out_ch = 1 if regression else int(max(int(g.y.max()) for g in splits.values()) + 1)
     train = TrainBatches(splits["train"], device)
     stack = MemberStack(members, in_ch, out_ch, device)
-    p_opt = optimal_projection(cfg.dataset, in_ch)
-    cos_p = []
-    for m in stack.models:
-        p_init = m.first_projection()
-        cos_p.append(cosine(p_init, p_opt) if p_init is not None and p_opt is not None
-                     and p_init.numel() == p_opt.numel() else math.nan)
+    cos_p = [init_cosine(m, cfg.dataset, in_ch) for m in stack.models]
     val = eval_batches(splits["val"], cfg.test_batch_size, device)
     every = cfg.eval_every or max(1, cfg.epochs // 50)
 
@@ -410,6 +408,7 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
             records[i].append(rec)
     out: list[Outcome] = []
     for i in range(S):
+        pool_test_auc(records[i], cfg.dataset)
         for r in records[i]:
             r["peak_rss_mb"] = _peak_rss_mb()
         out.append(failed[i] if i in failed else (records[i], curves[i]))

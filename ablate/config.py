@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 from ablate.errors import ConfigError, choice_error
 
-BACKBONES = ("gcn", "gin", "chebynet", "chebygin")
+# chebygin_ref: ChebyGIN as the dataset's reference script runs it (COLORS, MNIST-75SP: mean
+# aggregation, no hidden MLP; TRIANGLES: sum, hidden 64), the recipe behind the papers' rows
+BACKBONES = ("gcn", "gin", "chebynet", "chebygin", "chebygin_ref")
 AGGREGATIONS = ("mean", "sum")
 READOUTS = ("sum", "mean", "max")
 SCORERS = ("fc", "fc_hidden", "gnn")
@@ -29,6 +31,8 @@ INIT_DISTS = ("default", "normal", "uniform")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("auto", "replay", "eager")  # how a packed training step runs (ablate/batched.py)
 EXECUTION_FIELDS = ("study", "device", "step")  # not part of a trial's identity
+TU_DATASETS = ("proteins", "dd", "collab")
+WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (ablate/weak.py)
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
 
 
@@ -39,7 +43,7 @@ class TrialConfig:
     study: str = "adhoc"  # study name (result store folder)
     dataset: str = "colors"  # colors, triangles, mnist_sp, digits_sp, proteins, dd, collab
     data_params: tuple = ()  # dataset recipe overrides (sizes, seeds, path): a dict or sorted pairs
-    backbone: str = "chebygin"  # gcn, gin, chebynet, chebygin (SPEC §2 layer family)
+    backbone: str = "chebygin"  # gcn, gin, chebynet, chebygin (SPEC §2 layer family), chebygin_ref
     K: int | None = None  # Chebyshev scales; 1 for gcn/gin
     aggregation: str | None = None  # mean or sum (derived from the backbone)
     hidden: int | None = None  # hidden width of the per-layer MLP; 0 = single Linear+ReLU
@@ -55,6 +59,8 @@ class TrialConfig:
     normalizer: str = "softmax"  # softmax, sparsemax or spherical (z^2 / sum z^2)
     supervision: str = "unsup"  # unsup, sup (KL to GT), weak (KL to leave-one-out), gt (oracle)
     kl_weight: float = 100.0  # weight of the KL attention term
+    weak_target: str = "logit"  # weak supervision's y(G): raw output at the predicted class
+    #                              (reference) or its softmax probability (prob)
     init_dist: str | None = None  # init of p: normal, uniform, default (framework); None = reference
     #                              (N(0,1) for a plain projection p, framework default otherwise)
     init_scale: float = 1.0  # scale of the normal / uniform initialisation of p
@@ -102,16 +108,20 @@ _RECIPES: dict[str, dict] = {
                    pool_layers=(1,), scorer="fc", scorer_input="prev", epochs=100,
                    lr_decay_epochs=(90,),
                    attn_epochs=300, attn_lr_decay_epochs=(280,),
+                   chebygin_ref=dict(aggregation="mean", hidden=0),  # scripts/colors.sh
                    thresholds=dict(unsup=0.03, sup=0.05, weak=0.05, gt=0.05)),
     "triangles": dict(filters=(64, 64, 64), K=7, hidden=64, readout="max", dropout=0.0,
                       pool_layers=(1, 2), scorer="gnn", scorer_input="curr", epochs=100,
                       lr_decay_epochs=(85, 95),
+                      chebygin_ref=dict(aggregation="sum", hidden=64),  # scripts/triangles.sh
                       thresholds=dict(unsup=1e-4, sup=1e-3, weak=1e-2, gt=1e-3)),
     "mnist_sp": dict(filters=(4, 64, 512), K=4, hidden=64, readout="max", dropout=0.5,
                      pool_layers=(2,), scorer="fc", scorer_input="prev", epochs=30, lr_decay_epochs=(20, 25),
+                     chebygin_ref=dict(aggregation="mean", hidden=0),  # scripts/mnist_75sp.sh
                      thresholds=dict(unsup=0.01, sup=0.01, weak=0.01, gt=0.01)),
     "tu": dict(filters=(64, 64, 64), K=1, hidden=0, readout="max", dropout=0.1,
                pool_layers=(1,), scorer="fc", scorer_input="prev", epochs=50, lr_decay_epochs=(25, 35, 45),
+               chebygin_ref=dict(aggregation="mean", hidden=0),  # GCN-style layers
                thresholds=dict(unsup=1e-3, sup=1e-3, weak=1e-3, gt=1e-3)),
 }
 _RECIPE_ALIAS = {"digits_sp": "mnist_sp", "proteins": "tu", "dd": "tu", "collab": "tu"}
@@ -127,14 +137,14 @@ def resolve(cfg: TrialConfig) -> TrialConfig:
     validate_choices(cfg)
     r = recipe(cfg.dataset)
     gin_like = cfg.backbone in ("gin", "chebygin")
-    cheby = cfg.backbone in ("chebynet", "chebygin")
+    cheby = cfg.backbone in ("chebynet", "chebygin", "chebygin_ref")
     K = cfg.K if cfg.K is not None else (r["K"] if cheby else 1)
     if cfg.dataset == "collab" and cfg.K is None and cheby:
         K = 3
-    if cfg.dataset == "colors" and cfg.backbone == "chebygin" and cfg.hidden is None:
-        # the reference COLORS script runs its ChebyGIN rows with mean aggregation, no hidden
-        agg, hidden = cfg.aggregation or "mean", 0
-    else:
+    if cfg.backbone == "chebygin_ref":  # the dataset's reference script (SPEC §3 notes)
+        agg = cfg.aggregation or r["chebygin_ref"]["aggregation"]
+        hidden = cfg.hidden if cfg.hidden is not None else r["chebygin_ref"]["hidden"]
+    else:  # the names mean what SPEC §2 says: GIN / ChebyGIN = sum + MLP, GCN / ChebyNet = mean
         agg = cfg.aggregation or ("sum" if gin_like else "mean")
         hidden = cfg.hidden if cfg.hidden is not None else (r["hidden"] if gin_like else 0)
     pool_layers = cfg.pool_layers if cfg.pool_layers is not None else r["pool_layers"]
@@ -174,7 +184,8 @@ def validate_choices(cfg: TrialConfig) -> None:
     for name, choices in [("dataset", DATASETS), ("backbone", BACKBONES),
                           ("selection", SELECTIONS),
                           ("normalizer", NORMALIZERS), ("supervision", SUPERVISIONS),
-                          ("device", DEVICES), ("step", STEPS)]:
+                          ("device", DEVICES), ("step", STEPS),
+                          ("weak_target", WEAK_TARGETS)]:
         value = getattr(cfg, name)
         if value not in choices:
             raise choice_error(name, value, choices)
@@ -255,6 +266,8 @@ def inapplicable(cfg: TrialConfig) -> set[str]:
         out.add("threshold")
     if cfg.supervision in ("unsup", "gt"):
         out.add("kl_weight")
+    if cfg.supervision != "weak" and (cfg.pool_layers or not cfg.loo_auc):
+        out.add("weak_target")
     if cfg.selection == "gao":
         out |= {"normalizer", "scorer", "scorer_input"}
     return out

@@ -2,7 +2,9 @@
 
 Knyazev et al. (2019, §3.2): train model B with global pooling, then
 alpha_WS_i is proportional to |y(G without node i) - y(G)| on the predicted
-class. All N node removals of a graph run as one batch: copy (b, i) is graph
+class, y being the raw output (logit) there as in the reference code
+(`weak_target=prob` uses the softmax probability instead). All N node removals
+of a graph run as one batch: copy (b, i) is graph
 b under a mask without node i, which is exactly the induced subgraph G - i.
 Global-pool models without pooling, K <= 2 and a sum/mean readout take the exact
 incremental path of `ablate.local_loo` instead (only rows near i are recomputed).
@@ -20,41 +22,49 @@ from ablate.local_loo import loo_outputs, supports_local_loo
 from ablate.models.layers import Graph
 
 
-def _scores(out: Tensor, regression: bool, cls: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Model output on the predicted class: (value, predicted class) per graph."""
+def _scores(out: Tensor, regression: bool, cls: Tensor | None,
+            target: str = "logit") -> tuple[Tensor, Tensor]:
+    """Model output on the predicted class: (value, predicted class) per graph.
+
+    `target="logit"` takes the raw output at the predicted class, as the reference code
+    does; "prob" takes its softmax probability. Regression has a single output.
+    """
     if regression:
         return out, torch.zeros_like(out, dtype=torch.long)
-    prob = torch.softmax(out, -1)
     if cls is None:
-        cls = prob.argmax(-1)
-    return prob.gather(-1, cls.unsqueeze(-1)).squeeze(-1), cls
+        cls = out.argmax(-1)
+    value = torch.softmax(out, -1) if target == "prob" else out
+    return value.gather(-1, cls.unsqueeze(-1)).squeeze(-1), cls
 
 
-def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = 16_000_000) -> Tensor:
+def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = 16_000_000,
+                        target: str = "logit") -> Tensor:
     """|y(G - i) - y(G)| for every node i of every graph, batched. (B, N) -> (B, N), 0 on padding.
 
     Uses the incremental `ablate.local_loo` when `supports_local_loo(model)`, else the dense
     path (`leave_one_out_dense`, whose chunks hold at most `chunk_entries` adjacency entries).
     """
     if supports_local_loo(model):
-        return leave_one_out_local(model, batch)
-    return leave_one_out_dense(model, batch, chunk_entries)
+        return leave_one_out_local(model, batch, target)
+    return leave_one_out_dense(model, batch, chunk_entries, target)
 
 
-def leave_one_out_local(model, batch: DenseBatch) -> Tensor:
+def leave_one_out_local(model, batch: DenseBatch, target: str = "logit") -> Tensor:
     """`leave_one_out_batch` by incremental recomputation (`ablate.local_loo`). (B, N) -> (B, N)."""
     B, N = batch.mask.shape
     regression = getattr(model, "regression", True)
     out, loo = loo_outputs(model, batch)  # (B, O), (B, N, O)
     if regression:
         out, loo = out.squeeze(-1), loo.squeeze(-1)
-    full, cls = _scores(out, regression, None)  # (B,)
-    y_loo, _ = _scores(loo.reshape(B * N, *loo.shape[2:]), regression, cls.repeat_interleave(N))
+    full, cls = _scores(out, regression, None, target)  # (B,)
+    y_loo, _ = _scores(loo.reshape(B * N, *loo.shape[2:]), regression, cls.repeat_interleave(N),
+                       target)
     diff = (y_loo.view(B, N) - full.unsqueeze(1)).abs()
     return diff * batch.mask.to(diff.dtype)
 
 
-def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_000) -> Tensor:
+def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_000,
+                        target: str = "logit") -> Tensor:
     """|y(G - i) - y(G)| from N masked copies of every graph run through the dense model.
 
     Any model; cost ~ N^3 per graph. Shapes: (B, N) -> (B, N), 0 on padding.
@@ -62,7 +72,7 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
     B, N, C = batch.x.shape
     regression = getattr(model, "regression", True)
     graph = Graph(batch.A, batch.mask)
-    full, cls = _scores(model(batch.x, graph).out, regression, None)  # (B,)
+    full, cls = _scores(model(batch.x, graph).out, regression, None, target)  # (B,)
     diff = torch.zeros(B, N, dtype=batch.x.dtype, device=batch.x.device)
     eye = torch.eye(N, dtype=torch.bool, device=batch.x.device)
     per_graph = max(1, chunk_entries // max(1, N ** 3))  # graphs whose N copies fit in a chunk
@@ -74,29 +84,34 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
         A = batch.A[sl].unsqueeze(1).expand(b, N, N, N).reshape(b * N, N, N)
         x = x * mask.unsqueeze(-1).to(x.dtype)
         out = model(x, Graph(A, mask)).out
-        y_loo, _ = _scores(out, regression, cls[sl].repeat_interleave(N))
+        y_loo, _ = _scores(out, regression, cls[sl].repeat_interleave(N), target)
         diff[sl] = (y_loo.view(b, N) - full[sl].unsqueeze(1)).abs()
     return diff * batch.mask.to(diff.dtype)
 
 
-def weak_attention(diff: Tensor, mask: Tensor, floor: float = 1e-3) -> Tensor:
-    """alpha_WS: normalise |y(G-i) - y(G)|, zero values below 1e-3, renormalise (SPEC §2)."""
+def weak_attention(diff: Tensor, mask: Tensor, floor: float = 0.0) -> Tensor:
+    """alpha_WS: normalise |y(G-i) - y(G)| per graph; with `floor` > 0 zero values below it and
+    renormalise (SPEC §2; the reference floors at 1e-3 on TU datasets only)."""
     m = mask.to(diff.dtype)
     d = diff * m
     alpha = d / d.sum(-1, keepdim=True).clamp(min=1e-12)
+    if floor <= 0:
+        return alpha
     alpha = torch.where(alpha < floor, torch.zeros_like(alpha), alpha)
     return alpha / alpha.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
 @torch.no_grad()
 def leave_one_out_attention(model, gs: GraphSet, device: torch.device,
-                            batch_size: int = 100) -> tuple[np.ndarray, list]:
+                            batch_size: int = 100, target: str = "logit",
+                            floor: float = 0.0) -> tuple[np.ndarray, list]:
     """alpha_WS for every node of `gs` (flat, GraphSet node order) and the eval batches used."""
     model.eval()
     out = np.zeros(len(gs.x), dtype=np.float32)
     batches = eval_batches(gs, batch_size, device)
     for ids, batch in batches:
-        alpha = weak_attention(leave_one_out_batch(model, batch), batch.mask).cpu().numpy()
+        diff = leave_one_out_batch(model, batch, target=target)
+        alpha = weak_attention(diff, batch.mask, floor).cpu().numpy()
         for row, g in enumerate(ids):
             n0, n1 = gs.node_ptr[g], gs.node_ptr[g + 1]
             out[n0:n1] = alpha[row, : n1 - n0]

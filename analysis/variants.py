@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-BACKBONE_NAMES = {"gcn": "GCN", "gin": "GIN", "chebynet": "ChebyNet", "chebygin": "ChebyGIN"}
+BACKBONE_NAMES = {"gcn": "GCN", "gin": "GIN", "chebynet": "ChebyNet", "chebygin": "ChebyGIN",
+                  "chebygin_ref": "ChebyGIN (ref. script)"}
 SUPERVISION_ORDER = {"global": 0, "unsup": 1, "weak": 2, "sup": 3, "gt": 4}
-BACKBONE_ORDER = {"gcn": 0, "gin": 1, "chebynet": 2, "chebygin": 3}
+BACKBONE_ORDER = {"gcn": 0, "gin": 1, "chebynet": 2, "chebygin": 3, "chebygin_ref": 4}
 SELECTION_NAMES = {"threshold": "", "topk": " top-k", "gao": " gPool"}
 
 # axes that may define table rows (besides the variant itself); not speed-only knobs

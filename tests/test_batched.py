@@ -149,14 +149,18 @@ def test_fixed_shape_step_equals_eager(kw):
         cfg.seeds)
 
 
-def test_lr_schedule_matches_multisteplr():
+def test_lr_schedule_decays_at_the_listed_epoch_like_the_reference():
+    """The reference steps MultiStepLR at the start of each epoch: epoch m already decays."""
+    from ablate.train import lr_at
+
     cfg = resolve(tiny(epochs=12, lr_decay_epochs=(4, 9)))
-    opt = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(cfg.lr_decay_epochs), gamma=0.1)
     for epoch in range(1, cfg.epochs + 1):
-        assert batched.lr_at(cfg, epoch) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
         opt.step()
-        sched.step()
+        sched.step()  # at the start of `epoch`, as the reference's loop does
+        assert lr_at(cfg, epoch) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
+    assert [round(lr_at(cfg, e) / cfg.lr, 6) for e in (3, 4, 8, 9)] == [1.0, 0.1, 0.1, 0.01]
 
 
 def test_pack_key_groups_only_stackable_differences():

@@ -74,7 +74,9 @@ def test_gcn_operator_by_hand():
     ("chebynet", dict(pool_layers=(), K=3)), ("chebygin", dict(pool_layers=(), K=3)),
     ("gin", dict(pool_layers=(1,))), ("chebygin", dict(pool_layers=(1, 2), filters=(8, 8),
                                                        scorer="gnn", scorer_input="curr")),
-    ("chebygin", dict(pool_layers=(1,), selection="topk", normalizer="sparsemax")),
+    # top-k with softmax: sparsemax's exact zeros tie at the cut, where any order is valid
+    ("chebygin", dict(pool_layers=(1,), selection="topk", normalizer="softmax")),
+    ("chebygin", dict(pool_layers=(1,), normalizer="sparsemax")),
     ("gin", dict(pool_layers=(1,), normalizer="spherical", scorer="fc_hidden")),
 ])
 def test_permutation_invariance(backbone, kw):
@@ -119,11 +121,15 @@ def test_kl_term_by_hand():
     assert kl_attention_loss(alpha, gt, mask, 100.0).item() == pytest.approx(expect, rel=1e-5)
 
 
-def test_topk_keeps_round_ratio():
-    score = torch.tensor([[0.1, 0.5, 0.3, 0.2, 9.0], [3.0, 1.0, 2.0, 0.0, 0.0]])
-    mask = torch.tensor([[True] * 4 + [False], [True, True, True, False, False]])
+def test_topk_removes_round_n_times_one_minus_ratio():
+    """As the reference counts: remove round(N (1 - r)) nodes (round half to even), keep the rest."""
+    score = torch.tensor([[0.1, 0.5, 0.3, 0.2, 9.0], [3.0, 1.0, 2.0, 0.0, 0.0],
+                          [5.0, 4.0, 3.0, 2.0, 1.0]])
+    mask = torch.tensor([[True] * 4 + [False], [True, True, True, False, False], [True] * 5])
     keep = topk_keep(score, mask, 0.5)
-    assert keep.tolist() == [[False, True, True, False, False], [True, False, True, False, False]]
+    assert keep.tolist() == [[False, True, True, False, False],  # N=4: remove 2, keep 2
+                             [True, False, False, False, False],  # N=3: remove round(1.5)=2
+                             [True, True, True, False, False]]  # N=5: remove round(2.5)=2
 
 
 def test_gt_oracle_attention_is_ground_truth():

@@ -113,18 +113,15 @@ class GraphLayer(nn.Module):
         K: number of scales (1 = GCN-style propagation).
         aggregation: "mean" (normalised) or "sum" (terms of order >= 1 times degree).
         hidden: width of the hidden MLP layer (0 = a single Linear).
-        dropout: dropout on the layer input.
         activation: apply the final ReLU (False for a score-producing last layer).
 
     Shapes: x (B, N, C), graph with (B, N, N) -> (B, N, F).
     """
 
     def __init__(self, in_channels: int, out_channels: int, K: int = 1,
-                 aggregation: str = "mean", hidden: int = 0, dropout: float = 0.0,
-                 activation: bool = True):
+                 aggregation: str = "mean", hidden: int = 0, activation: bool = True):
         super().__init__()
         self.K, self.aggregation, self.activation = K, aggregation, activation
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         width = K * in_channels
         if hidden > 0:
             self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(),
@@ -140,7 +137,6 @@ class GraphLayer(nn.Module):
 
     def forward(self, x: Tensor, graph: Graph) -> Tensor:
         B, N, C = x.shape
-        x = self.dropout(x)
         lin = self.mlp[0]  # Linear(K*C, H): block k of its weight acts on the term T_k X
         H = lin.out_features
         P = graph.operator(self.K, self.aggregation == "sum")  # (B, N, K*N)

@@ -60,7 +60,7 @@ class GraphNet(nn.Module):
         self.cfg = cfg
         widths = [in_channels, *cfg.filters]
         self.layers = nn.ModuleList(
-            GraphLayer(widths[i], widths[i + 1], cfg.K, cfg.aggregation, cfg.hidden, cfg.dropout)
+            GraphLayer(widths[i], widths[i + 1], cfg.K, cfg.aggregation, cfg.hidden)
             for i in range(len(cfg.filters)))
         self.pools = nn.ModuleDict()
         for layer in cfg.pool_layers:
@@ -73,6 +73,7 @@ class GraphNet(nn.Module):
                 self.pools[str(layer)] = AttentionPool(
                     c_score, cfg.scorer, cfg.normalizer, cfg.selection, cfg.threshold, cfg.ratio,
                     cfg.K, cfg.aggregation, cfg.init_dist, cfg.init_scale)
+        # the reference applies dropout only here, before the final linear layer
         self.head_dropout = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else nn.Identity()
         self.head = nn.Linear(widths[-1], out_channels)
         self.regression = out_channels == 1

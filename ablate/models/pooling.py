@@ -53,9 +53,10 @@ def threshold_keep(alpha: Tensor, mask: Tensor, threshold: float | Tensor) -> Te
 
 
 def topk_keep(score: Tensor, mask: Tensor, ratio: float | Tensor) -> Tensor:
-    """Top-k selection: keep the round(ratio * N) best-scored nodes of each graph (at least 1)."""
-    n = mask.sum(-1, keepdim=True)  # (B, 1)
-    k = torch.clamp(torch.round(n.to(score.dtype) * ratio), min=1)
+    """Top-k selection: remove the round(N (1 - ratio)) lowest-scored nodes of each graph,
+    keep the rest (as the reference code counts them; round half to even)."""
+    n = mask.sum(-1, keepdim=True).to(score.dtype)  # (B, 1)
+    k = n - torch.round(n * (1 - ratio))
     s = score.detach().masked_fill(~mask, float("-inf"))
     order = torch.argsort(s, dim=-1, descending=True, stable=True)
     rank = torch.argsort(order, dim=-1, stable=True)  # (B, N) rank of each node

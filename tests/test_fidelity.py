@@ -1,0 +1,146 @@
+"""Where the authors' code (bknyaz/graph_attention_pool) decides a number, we follow it.
+
+Each test pins one detail that changed results before: cos(p_init, p_opt) over the
+colour channels, backbone names that mean what they say (and distinct rows in every
+study), dropout before the final layer only, weak-supervision labels from the raw output,
+the LR decay epoch, top-k counting, pooled attention AUC, the fc_hidden scorer's init.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve
+from ablate.models.network import GraphNet
+from ablate.study import build_study, list_studies
+from ablate.train import init_cosine, optimal_projection, pool_test_auc, weak_floor
+
+TINY = {"n_train": 48, "n_val": 24, "n_test": 24, "n_max_large": 40}
+
+
+def _colors_net(**kw) -> GraphNet:
+    cfg = resolve(TrialConfig(dataset="colors", backbone="gin", **kw))
+    return GraphNet(cfg, 4, 1)
+
+
+def test_cos_p_init_ignores_the_unseen_colour_channel():
+    net = _colors_net()
+    with torch.no_grad():
+        net.pools["1"].p.copy_(torch.tensor([[0.0, 2.0, 0.0, 50.0]]))
+    assert init_cosine(net, "colors", 4) == pytest.approx(1.0)  # 4 channels gave ~0.04
+    assert optimal_projection("colors", 4).tolist() == [0.0, 1.0, 0.0]
+    with torch.no_grad():
+        net.pools["1"].p.copy_(torch.tensor([[1.0, 1.0, 0.0, -3.0]]))
+    assert init_cosine(net, "colors", 4) == pytest.approx(1 / math.sqrt(2))
+    assert math.isnan(init_cosine(net, "triangles", 4))
+
+
+def test_backbone_names_mean_what_they_say():
+    def agg_hidden(backbone, dataset="colors", **kw):
+        c = resolve(TrialConfig(dataset=dataset, backbone=backbone, **kw))
+        return c.K, c.aggregation, c.hidden
+
+    assert agg_hidden("chebygin") == (2, "sum", 256)  # SPEC §2: ChebyGIN = sum + MLP
+    assert agg_hidden("chebynet") == (2, "mean", 0)
+    assert agg_hidden("chebygin", K=3) != agg_hidden("chebynet", K=3)
+    assert agg_hidden("chebygin_ref") == (2, "mean", 0)  # scripts/colors.sh
+    assert agg_hidden("chebygin_ref", "triangles") == (7, "sum", 64)  # scripts/triangles.sh
+    assert agg_hidden("gin") == (1, "sum", 256) and agg_hidden("gcn") == (1, "mean", 0)
+
+
+def _model_identity(cfg) -> str:
+    """Everything that defines the trained model of a trial (not its name, seeds or device)."""
+    a = axes(cfg)
+    for k in (*EXECUTION_FIELDS, "seeds", "backbone"):
+        a.pop(k, None)
+    return repr(sorted(a.items()))
+
+
+@pytest.mark.parametrize("study", sorted(set(list_studies()) - {"threshold_search"}))
+def test_every_row_of_every_study_is_a_distinct_model(study):
+    overrides = {"mnist": ["data.path=/nonexistent"], "tu": ["data.path=/nonexistent"]}
+    s, _ = build_study(study, overrides.get(study, []))
+    groups: dict[str, set] = {}
+    for t in s.trials:
+        groups.setdefault(_model_identity(t.config), set()).add(t.trial_id)
+    # trials sharing a model identity differ only in their seed chunk: distinct seeds
+    for ids in groups.values():
+        seeds = [set(t.config.seeds) for t in s.trials if t.trial_id in ids]
+        for a, b in itertools.combinations(seeds, 2):
+            assert not a & b, (study, "two rows train the same model on the same seeds")
+
+
+def test_dropout_only_before_the_final_linear_layer():
+    cfg = resolve(TrialConfig(dataset="digits_sp", backbone="gin"))
+    assert cfg.dropout == 0.5
+    net = GraphNet(cfg, 5, 10)
+    drops = [name for name, m in net.named_modules() if isinstance(m, nn.Dropout)]
+    assert drops == ["head_dropout"]
+
+
+def test_weak_labels_use_the_raw_output_and_the_floor_only_on_tu():
+    from ablate.batching import collate
+    from ablate.data import load_graphsets
+    from ablate.weak import leave_one_out_batch
+
+    splits = load_graphsets("digits_sp", n_train=30, n_val=10, n_test=10)
+    cfg = resolve(TrialConfig(dataset="digits_sp", backbone="gin", pool_layers=()))
+    torch.manual_seed(0)
+    net = GraphNet(cfg, splits["train"].num_features, 10).eval()
+    b = collate(splits["val"])
+    with torch.no_grad():
+        logit = leave_one_out_batch(net, b)  # default: raw output at the predicted class
+        prob = leave_one_out_batch(net, b, target="prob")
+        from ablate.models.layers import Graph
+
+        out = net(b.x, Graph(b.A, b.mask)).out
+        cls = out.argmax(-1)
+        g, i = 0, 0  # by hand: graph 0 without node 0
+        mask = b.mask[g:g + 1].clone()
+        mask[0, i] = False
+        x = b.x[g:g + 1] * mask.unsqueeze(-1)
+        o = net(x, Graph(b.A[g:g + 1], mask)).out
+    assert logit[g, i].item() == pytest.approx(abs(o[0, cls[g]] - out[g, cls[g]]).item(), rel=1e-4)
+    assert not torch.allclose(logit, prob)
+    assert weak_floor(resolve(TrialConfig(dataset="proteins", backbone="gcn"))) == 1e-3
+    assert weak_floor(resolve(TrialConfig(dataset="colors"))) == 0.0
+
+
+def test_pooled_auc_pools_every_test_graph_of_a_seed():
+    t = torch.tensor
+    # per split every graph ranks perfectly, but pooled the scores interleave
+    recs = [{"split": "val", "_attention": [(t([0.9, 0.1]), t([1.0, 0.0]))]},
+            {"split": "test_orig", "_attention": [(t([0.9, 0.8]), t([1.0, 0.0]))]},
+            {"split": "test_large", "_attention": [(t([0.7, 0.1]), t([1.0, 0.0]))]},
+            {"split": "test_largec", "_attention": [(t([0.3, 0.2]), t([1.0, 0.0]))]}]
+    pool_test_auc(recs, "colors")
+    # positives 0.9, 0.7, 0.3 vs negatives 0.8, 0.1, 0.2: 7 of 9 pairs ordered
+    assert all(r["attn_auc_pooled_l0"] == pytest.approx(7 / 9) for r in recs)
+    assert all("_attention" not in r for r in recs)
+
+
+def test_fc_hidden_scorer_keeps_the_framework_init():
+    """The reference draws p ~ N(0, 1) only for a plain projection; a scorer with a hidden
+    layer keeps nn.Linear's default (uniform within 1/sqrt(fan_in))."""
+    cfg = resolve(TrialConfig(dataset="colors", backbone="gin", scorer="fc_hidden"))
+    assert cfg.init_dist == "default"
+    torch.manual_seed(0)
+    net = GraphNet(cfg, 4, 1)
+    w = net.pools["1"].p
+    assert w.shape == (32, 4) and w.abs().max() <= 1 / math.sqrt(4) + 1e-6
+    plain = resolve(TrialConfig(dataset="colors", backbone="gin"))
+    assert plain.scorer == "fc" and plain.init_dist == "normal"
+
+
+def test_trials_end_to_end_record_pooled_auc():
+    from ablate.train import run_trial
+
+    recs = run_trial(TrialConfig(dataset="colors", backbone="chebygin_ref", supervision="sup",
+                                 epochs=1, data_params=TINY, device="cpu"))
+    vals = {r["attn_auc_pooled_l0"] for r in recs}
+    assert len(vals) == 1 and 0 <= vals.pop() <= 1
