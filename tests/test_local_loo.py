@@ -79,8 +79,8 @@ def test_local_equals_dense(backbone, K, layers):
 
 
 def test_local_equals_dense_colors_config():
-    """COLORS' global-pool model (ChebyGIN K=2, mean, no hidden, filters 64-64, sum readout)."""
-    cfg = resolve(TrialConfig(dataset="colors", backbone="chebygin", pool_layers=()))
+    """COLORS' global-pool model (reference script's ChebyGIN: K=2, mean, no hidden, sum readout)."""
+    cfg = resolve(TrialConfig(dataset="colors", backbone="chebygin_ref", pool_layers=()))
     assert (cfg.K, cfg.aggregation, cfg.hidden, cfg.readout) == (2, "mean", 0, "sum")
     torch.manual_seed(0)
     net = GraphNet(cfg, C_IN, 1).eval()

@@ -51,8 +51,8 @@ def test_paper_study_covers_spec_rows_on_both_datasets():
              t.config.selection) for t in study.trials}
     assert ("gin", "unsup", False, "threshold") in rows  # global pool
     assert ("gin", "unsup", True, "topk") in rows
-    assert ("chebygin", "gt", True, "threshold") in rows
-    assert ("chebygin", "weak", True, "threshold") in rows
+    assert ("chebygin_ref", "gt", True, "threshold") in rows  # the reference scripts' ChebyGIN
+    assert ("chebygin_ref", "weak", True, "threshold") in rows
     assert {t.config.dataset for t in study.trials} == {"colors", "triangles"}
     assert len(study.trials) == 9 * 2 * 2  # 10 seeds in chunks of 5
 

@@ -94,5 +94,7 @@ def test_recipe_defaults():
     cfg = resolve(TrialConfig(dataset="colors", backbone="gin"))
     assert (cfg.epochs, cfg.lr_decay_epochs, cfg.hidden, cfg.aggregation) == (
         300, (280,), 256, "sum")
-    cfg = resolve(TrialConfig(dataset="colors", backbone="chebygin", pool_layers=()))
+    cfg = resolve(TrialConfig(dataset="colors", backbone="chebygin_ref", pool_layers=()))
     assert (cfg.epochs, cfg.K, cfg.aggregation, cfg.hidden) == (100, 2, "mean", 0)
+    cfg = resolve(TrialConfig(dataset="colors", backbone="chebygin", pool_layers=()))
+    assert (cfg.epochs, cfg.K, cfg.aggregation, cfg.hidden) == (100, 2, "sum", 256)
