@@ -201,7 +201,7 @@ class PackStep:
                                     weight_decay=cfg.weight_decay, **kw)
         self.total = torch.zeros(len(stack), device=device)
         self._loss = _loss_fn(stack, cfg)
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        self._graphs: dict[int, tuple] = {}  # batch size -> (replay, static index buffer)
         self._eager_runs: dict[int, int] = {}
 
     def set_lr(self, lr: float) -> None:
@@ -227,23 +227,33 @@ class PackStep:
         B = idx.shape[1]
         graph = self._graphs.get(B)
         if graph is None:
-            if self._eager_runs.get(B, 0) < WARMUP_STEPS:  # warm up on a side stream
+            if self._eager_runs.get(B, 0) < WARMUP_STEPS:
                 self._eager_runs[B] = self._eager_runs.get(B, 0) + 1
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    self.opt.zero_grad(set_to_none=True)
-                    self._body(idx)
-                torch.cuda.current_stream().wait_stream(side)
+                self._warm(lambda: self._body(idx))
                 return
             static_idx = idx.clone()
-            g = torch.cuda.CUDAGraph()
             self.opt.zero_grad(set_to_none=True)  # gradients are allocated by the graph
-            with torch.cuda.graph(g):
-                self._body(static_idx)
-            graph = self._graphs[B] = (g, static_idx)  # captured, not yet run: replay below
+            replay = self._capture(lambda: self._body(static_idx))
+            graph = self._graphs[B] = (replay, static_idx)  # captured, not yet run: below
         graph[1].copy_(idx)
-        graph[0].replay()
+        graph[0]()
+
+    def _warm(self, step) -> None:
+        """One eager step on a side stream (what CUDA graph capture needs before it)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.opt.zero_grad(set_to_none=True)
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def _capture(self, step):
+        """Record `step` as a CUDA graph; returns its replay (each replay assigns fresh
+        gradients, steps Adam, adds to `total`: the step, without Python or host syncs)."""
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        return g.replay
 
     def release(self) -> None:
         self._graphs.clear()

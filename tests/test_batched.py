@@ -9,7 +9,7 @@ import torch
 from ablate import batched
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
-from ablate.train import run_seed, run_trial_full
+from ablate.train import lr_at, run_seed, run_trial_full
 
 TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
 TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
@@ -246,3 +246,49 @@ def _key(r):
 def _split_by_seed(res, seeds):
     return [SimpleNamespace(records=[r for r in res.records if r["seed"] == s],
                             curves=[c for c in res.curves if c["seed"] == s]) for s in seeds]
+
+
+def test_replay_orchestration_with_a_stand_in_graph():
+    """The capture / warm-up / replay bookkeeping of `PackStep`, run on the CPU with a stand-in
+    for a CUDA graph that re-runs the recorded step on each replay (as a replay assigns fresh
+    gradients, the stand-in clears them first): same parameters as the plain step, one capture
+    per batch shape, the static index buffer refilled every step."""
+    from ablate.batching import TrainBatches
+
+    cfg = resolve(tiny(batch_size=24, supervision="sup", epochs=3))
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    cpu = torch.device("cpu")
+    train = TrainBatches(splits["train"], cpu)
+    members = [batched.Member(cfg, s) for s in cfg.seeds]
+    captures, replays = [], []
+
+    def run(graphs: bool):
+        stack = batched.MemberStack(members, splits["train"].num_features, 1, cpu)
+        ps = batched.PackStep(stack, train, cfg, cpu, replay=True)
+        if graphs:
+            ps.graphs_on = True
+            ps._warm = lambda step: (ps.opt.zero_grad(set_to_none=True), step())
+
+            def capture(step):
+                captures.append(1)
+
+                def replay():
+                    replays.append(1)
+                    ps.opt.zero_grad(set_to_none=True)
+                    step()
+                return replay
+            ps._capture = capture
+        gens = [torch.Generator().manual_seed(m.seed) for m in members]
+        for epoch in range(1, cfg.epochs + 1):
+            ps.set_lr(lr_at(cfg, epoch))
+            perms = torch.stack([torch.randperm(len(train), generator=g) for g in gens])
+            for s in range(0, len(train), cfg.batch_size):
+                ps.run(perms[:, s:s + cfg.batch_size])
+        return stack.params
+
+    plain, graphed = run(False), run(True)
+    for k in plain:
+        torch.testing.assert_close(graphed[k], plain[k], rtol=1e-5, atol=1e-6)
+    steps = cfg.epochs * -(-len(train) // cfg.batch_size)  # 3 epochs x (2 full + 1 partial)
+    assert len(captures) == 2  # one graph per batch shape (full, last partial)
+    assert len(replays) == steps - 2 * batched.WARMUP_STEPS
