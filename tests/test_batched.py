@@ -292,3 +292,21 @@ def test_replay_orchestration_with_a_stand_in_graph():
     steps = cfg.epochs * -(-len(train) // cfg.batch_size)  # 3 epochs x (2 full + 1 partial)
     assert len(captures) == 2  # one graph per batch shape (full, last partial)
     assert len(replays) == steps - 2 * batched.WARMUP_STEPS
+
+
+def test_a_pack_that_runs_out_of_memory_is_split_in_halves(monkeypatch):
+    real = batched._run_members
+    sizes = []
+
+    def small_device(members, splits, device):
+        sizes.append(len(members))
+        if len(members) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(members, splits, device)
+
+    monkeypatch.setattr(batched, "_run_members", small_device)
+    cfg = resolve(tiny(supervision="sup", epochs=1, seeds=(0, 1, 2, 3, 4)))
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    out = batched.run_seeds_batched(cfg, splits, torch.device("cpu"))
+    assert sizes == [5, 2, 3, 1, 2]  # 5 -> 2 + 3 -> 3 -> 1 + 2
+    assert [o[0][0]["seed"] for o in out] == [0, 1, 2, 3, 4]  # every member, in order
