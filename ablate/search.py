@@ -1,26 +1,34 @@
-"""Optuna threshold search through Ray Tune: one persistent TPE study per arm.
+"""Optuna hyper-parameter search through Ray Tune: one persistent TPE study per arm.
 
 A search study (``studies/NAME.yaml`` with ``kind: search``) names ``arms``
 (fixed axes such as dataset / backbone / supervision), a ``search:`` space
-(threshold on a log scale, optionally kl_weight, init_scale, ratio) and the
-search budget. ``python -m ablate.run study=threshold_search`` then, per arm:
+(threshold, kl_weight, init_scale, ratio as ranges; scorer, init_dist as
+choices) and the search budget. ``python -m ablate.run study=threshold_search``
+then, per arm:
 
 1. runs Ray Tune with ``OptunaSearch`` (TPE, seeded) over the space; one Tune
-   trial trains every search seed of one configuration jointly, epoch by epoch
-   (``ablate.train.fit`` with its ``on_epoch`` callback), and reports the mean
-   validation accuracy over the seeds after each epoch. Only the train and val
-   splits reach the trial (`_search_splits`): the objective never sees a test split.
+   trial trains every member of one configuration jointly, epoch by epoch
+   (``ablate.train.fit`` with its ``on_epoch`` callback), and reports the
+   objective after each epoch. A member is one search seed on the val split, or,
+   with ``cv_folds: k``, one (fold, seed) of k-fold cross-validation over the
+   train + val graphs (`cv_splits`; the reference's TU protocol). The objective
+   is the mean validation accuracy over the members, or (``objective:
+   mean_minus_std``, the reference's TU criterion) the mean minus the standard
+   deviation over folds. Only the train and val splits reach the trial
+   (`_search_splits`): the objective never sees a test split.
 2. prunes bad configurations with ASHA on that per-epoch metric (OptunaSearch
    hard-codes a no-op pruner and sends Optuna the last reported value, which is
    the objective, so the scheduler prunes and the final epoch is reported last).
 3. keeps the Optuna study in ``RESULTS/STUDY/ARM/optuna.db`` (SQLite): rerunning
    the same command adds ``n_trials`` more (or up to ``max_trials`` in total);
    a killed driver loses at most the trials that were running.
-4. writes every finished search trial (one row per seed, split ``val``) to the
-   study's Parquet store with the columns ``optuna_trial`` and ``pruned``, then
-   evaluates the best unpruned configuration and the reference threshold of
-   SPEC §3 on fresh ``final_seeds`` over every split (role ``tuned`` /
-   ``reference``), and prints the summary table (`summary`).
+4. writes every finished search trial (one row per member, split ``val``) to the
+   study's Parquet store with the columns ``optuna_trial``, ``pruned`` and ``fold``, then
+   evaluates the best unpruned configuration, the reference threshold of
+   SPEC §3 and any ``baselines`` rows on fresh ``final_seeds`` over every split
+   (role ``tuned`` / ``reference`` / the baseline's name), on the dataset recipe
+   with the ``final_data`` overrides (e.g. ``final: true``: final models train on
+   train + val), and prints the summary table (`summary`).
 """
 
 from __future__ import annotations
@@ -38,13 +46,16 @@ from typing import Any
 
 from ablate.errors import ConfigError
 
-METRIC = "val_acc"  # mean validation accuracy over the search seeds (the objective)
+METRIC = "val_acc"  # the objective: mean validation accuracy over the members (see `objective`)
 MODE = "max"
 SEARCH_SPLITS = ("train", "val")  # the only splits a search trial may read
-PARAMS = ("threshold", "kl_weight", "init_scale", "ratio")  # searchable axes
+RANGES = ("threshold", "kl_weight", "init_scale", "ratio")  # searched as {low, high, log}
+CHOICES = ("scorer", "init_dist")  # searched as {choices: [...]}
+PARAMS = RANGES + CHOICES  # searchable axes
+OBJECTIVES = ("mean", "mean_minus_std")  # mean val accuracy; or minus its std over folds
 _RUN_KEYS = ("results_dir", "ray_address", "dry_run", "arms", "n_trials", "max_trials",
              "sampler_seed", "seeds", "final_seeds", "grace_period", "reduction_factor",
-             "max_concurrent", "cpus_per_trial")
+             "max_concurrent", "cpus_per_trial", "cv_folds", "objective")
 
 
 @dataclass
@@ -56,8 +67,13 @@ class SearchSpec:
     fixed: dict = field(default_factory=dict)  # TrialConfig axes shared by every arm
     data: dict = field(default_factory=dict)  # dataset recipe overrides
     arms: dict = field(default_factory=dict)  # arm name -> its fixed axes
-    search: dict = field(default_factory=dict)  # param -> {low, high, log, when}
+    search: dict = field(default_factory=dict)  # param -> {low, high, log, when} or {choices, when}
     seeds: list = field(default_factory=lambda: [0, 1, 2])  # trained inside every search trial
+    cv_folds: int = 0  # k >= 2: k-fold CV over train + val graphs; 0: train on train, score val
+    objective: str = "mean"  # mean val accuracy, or mean_minus_std (over folds; reference TU)
+    final_data: dict = field(default_factory=dict)  # recipe overrides for the final evaluation only
+    reference: dict | None = None  # axes of the final 'reference' row; None = SPEC §3 threshold
+    baselines: dict = field(default_factory=dict)  # role -> axes: extra rows of the final evaluation
     final_seeds: list = field(default_factory=lambda: [100, 101, 102])  # fresh seeds, final eval
     n_trials: int = 20  # new Optuna trials per arm and run
     max_trials: int | None = None  # cap on finished trials per arm (resume up to a total)
@@ -129,6 +145,8 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
             setattr(spec, key, value)
         elif key.startswith("data."):
             spec.data[key[5:]] = value
+        elif key.startswith("final_data."):
+            spec.final_data[key[11:]] = value
         elif key.startswith("search."):
             parts = key.split(".")
             if len(parts) != 3 or parts[1] not in PARAMS:
@@ -138,7 +156,8 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
             spec.fixed[key] = value
         else:
             raise ConfigError(f"unknown key {key!r}; valid: {', '.join(_RUN_KEYS)}, data.KEY, "
-                              f"search.PARAM.KEY, or a trial axis ({', '.join(sorted(fields))})")
+                              f"final_data.KEY, search.PARAM.KEY, or a trial axis "
+                              f"({', '.join(sorted(fields))})")
     spec.seeds, spec.final_seeds = _seed_list(spec.seeds), _seed_list(spec.final_seeds)
     if arms_wanted is not None:
         missing = [a for a in arms_wanted if a not in spec.arms]
@@ -147,12 +166,38 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
         spec.arms = {a: spec.arms[a] for a in arms_wanted}
     if not spec.arms:
         raise ConfigError(f"study {name}: no arms to search (section 'arms')")
-    if len(spec.seeds) < 3:
-        raise ConfigError(f"seeds: the objective is a mean over >= 3 seeds, got {spec.seeds}")
-    for p, d in spec.search.items():
-        if p not in PARAMS or not {"low", "high"} <= set(d):
-            raise ConfigError(f"search.{p}: need a parameter in {PARAMS} with low and high")
+    _check_protocol(spec)
     return spec
+
+
+def _check_protocol(spec: SearchSpec) -> None:
+    """Folds, objective, members, search space and baselines of a spec, or a ConfigError."""
+    missing = [f"data.{k}" for k, v in spec.data.items() if v == "???"]
+    if missing:
+        raise ConfigError(f"study {spec.name} needs {missing[0]}=VALUE on the command line")
+    if spec.data.get("final"):
+        raise ConfigError("data.final=true would let the search score graphs it trained on: "
+                          "write it under final_data (the final evaluation only)")
+    k = spec.cv_folds
+    if isinstance(k, bool) or not isinstance(k, int) or k == 1 or k < 0:
+        raise ConfigError(f"cv_folds must be 0 (score the val split) or an integer >= 2, got {k!r}")
+    if spec.objective not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {spec.objective!r}")
+    if len(spec.seeds) * max(k, 1) < 3:
+        raise ConfigError(f"seeds: the objective is a mean over >= 3 trained models (seeds x "
+                          f"cv_folds), got seeds {spec.seeds} and cv_folds={k}")
+    for p, d in spec.search.items():
+        if p in RANGES and isinstance(d, dict) and {"low", "high"} <= set(d):
+            continue
+        if p in CHOICES and isinstance(d, dict) and isinstance(d.get("choices"), list) \
+                and d["choices"]:
+            continue
+        raise ConfigError(f"search.{p}: need one of {RANGES} with low and high, or one of "
+                          f"{CHOICES} with a non-empty list of choices")
+    for role, axes_ in spec.baselines.items():
+        if role in ("search", "tuned", "reference") or not isinstance(axes_, dict):
+            raise ConfigError(f"baselines.{role}: a baseline is a new role name with a mapping "
+                              "of axes, e.g. global_pool: {pool_layers: [], supervision: unsup}")
 
 
 def arm_config(spec: SearchSpec, arm: str, **params: Any):
@@ -164,14 +209,24 @@ def arm_config(spec: SearchSpec, arm: str, **params: Any):
     return resolve_config("graph", make_config("graph", axes))
 
 
+def final_config(spec: SearchSpec, arm: str, **params: Any):
+    """`arm_config` on the final-evaluation recipe (``final_data`` overrides) with the final seeds."""
+    final = {"data." + k: v for k, v in spec.final_data.items()}
+    return arm_config(spec, arm, **{"seeds": spec.final_seeds, **final, **params})
+
+
 def build_space(search: dict, cfg) -> dict:
     """Optuna distributions for one arm: the parameters whose ``when`` matches its fixed axes."""
-    from optuna.distributions import FloatDistribution
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     space = {}
     for name, d in search.items():
         when = d.get("when") or {}
-        if all(getattr(cfg, k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+        if not all(getattr(cfg, k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+            continue
+        if name in CHOICES:
+            space[name] = CategoricalDistribution(list(d["choices"]))
+        else:
             space[name] = FloatDistribution(float(d["low"]), float(d["high"]), log=bool(d.get("log")))
     if not space:
         raise ConfigError("search: no parameter applies to this arm (check the 'when' conditions)")
@@ -185,22 +240,84 @@ def _search_splits(cfg) -> dict:
     """The train and val splits of the config's dataset; the search never loads a test split."""
     from ablate.data import load_graphsets
 
+    if cfg.data_kwargs.get("final"):
+        raise ConfigError("data.final=true puts the val graphs into train, so the search would "
+                          "score graphs it trained on: set it in final_data (the final "
+                          "evaluation), not in data")
     splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
     return {s: splits[s] for s in SEARCH_SPLITS}
+
+
+def cv_splits(splits: dict, k: int) -> list[dict]:
+    """k cross-validation folds over the train + val graphs: fold f scores the f-th of k
+    contiguous chunks of a fixed (seed 0) shuffle and trains on the other k - 1.
+
+    Follows the reference's TU protocol (`DataReader.split_ids`: contiguous chunks of the
+    shuffled train/val graphs); the folds are the same for every trial of a study.
+    """
+    import numpy as np
+
+    pool = _concat(splits["train"], splits["val"])
+    if not 2 <= k <= len(pool):
+        raise ConfigError(f"cv_folds={k} needs 2 <= k <= {len(pool)} (the train + val graphs)")
+    order = np.random.default_rng(0).permutation(len(pool))
+    folds = np.array_split(order, k)
+    return [{"train": pool.subset(np.sort(np.concatenate(folds[:f] + folds[f + 1:]))),
+             "val": pool.subset(np.sort(folds[f]))} for f in range(k)]
+
+
+def _concat(a, b):
+    """The graphs of GraphSet `a` followed by those of `b`, as one GraphSet."""
+    import numpy as np
+
+    from ablate.data import GraphSet
+
+    if (a.edge_weight is None) != (b.edge_weight is None):
+        raise ValueError("cannot join splits with and without edge weights")
+    return GraphSet(
+        x=np.concatenate([a.x, b.x]), gt=np.concatenate([a.gt, b.gt]),
+        node_ptr=np.concatenate([a.node_ptr, b.node_ptr[1:] + a.node_ptr[-1]]),
+        edge_index=np.concatenate([a.edge_index, b.edge_index], axis=1),
+        edge_ptr=np.concatenate([a.edge_ptr, b.edge_ptr[1:] + a.edge_ptr[-1]]),
+        y=np.concatenate([a.y, b.y]),
+        edge_weight=None if a.edge_weight is None else np.concatenate([a.edge_weight,
+                                                                       b.edge_weight]))
+
+
+def objective(accs: list[float], groups: int, kind: str = "mean") -> float:
+    """The search objective of one epoch: accs of the members, fold-major in `groups` groups.
+
+    "mean": mean over all members. "mean_minus_std": mean minus the (population) standard
+    deviation of the per-group means, the reference's TU cross-validation criterion.
+    """
+    import numpy as np
+
+    per_group = np.asarray(accs, dtype=np.float64).reshape(groups, -1).mean(axis=1)
+    value = float(per_group.mean())
+    return value - float(per_group.std()) if kind == "mean_minus_std" else value
+
+
+def members(spec: SearchSpec, cfg) -> list[tuple[int, int]]:
+    """(fold, seed) of every model one search trial trains, fold-major; fold -1 without CV."""
+    folds = range(spec.cv_folds) if spec.cv_folds else [-1]
+    return [(f, s) for f in folds for s in cfg.seeds]
 
 
 class _Stop(Exception):
     """Raised in a seed thread when the trial is stopped (ASHA) or fails."""
 
 
-def train_jointly(cfg, splits: dict, report: Callable[[int, list[float]], None]) -> None:
+def train_jointly(cfg, splits: dict | list[dict],
+                  report: Callable[[int, list[float]], None]) -> None:
     """Train every seed of `cfg` in lockstep, one epoch at a time; ``report(epoch, val_accs)``.
 
-    Each seed runs ``ablate.train.fit`` in its own thread; its ``on_epoch``
-    callback evaluates the val batches and hands control back, so exactly one
-    seed computes at a time (the trial's CPU budget) and all seeds finish epoch
-    e before `report` sees it. If `report` raises (Tune stops the trial), the
-    seed threads are stopped before this returns.
+    `splits` is one {train, val} dict, or a list of them (cross-validation folds):
+    then every (fold, seed) is a member, fold-major, and `val_accs` has one entry
+    per member. Each member runs ``ablate.train.fit`` in its own thread; its
+    ``on_epoch`` callback evaluates its val batches and hands control back, so
+    exactly one member computes at a time (the trial's CPU budget) and all
+    members finish epoch e before `report` sees it. If `report` raises (Tune
+    stops the trial), the member threads are stopped before this returns.
     """
     import torch
 
@@ -209,23 +326,26 @@ def train_jointly(cfg, splits: dict, report: Callable[[int, list[float]], None])
     from ablate.train import evaluate, fit, pick_device
 
     device = pick_device(cfg.device)
-    in_ch = splits["train"].num_features
-    out_ch = 1 if cfg.task == "regression" else int(max(int(g.y.max()) for g in splits.values()) + 1)
-    val = eval_batches(splits["val"], cfg.test_batch_size, device)
+    folds = splits if isinstance(splits, list) else [splits]
+    every = [g for f in folds for g in f.values()]
+    in_ch = folds[0]["train"].num_features
+    out_ch = 1 if cfg.task == "regression" else int(max(int(g.y.max()) for g in every) + 1)
+    jobs = [(f, seed) for f in folds for seed in cfg.seeds]
     results: queue.Queue = queue.Queue()
-    turns = [threading.Semaphore(0) for _ in cfg.seeds]
+    turns = [threading.Semaphore(0) for _ in jobs]
     stop = threading.Event()
 
-    def run(i: int, seed: int) -> None:
+    def run(i: int, split: dict, seed: int) -> None:
         try:
             turns[i].acquire()
             if stop.is_set():
                 return
-            train = TrainBatches(splits["train"], device)
+            val = eval_batches(split["val"], cfg.test_batch_size, device)
+            train = TrainBatches(split["train"], device)
             if cfg.supervision == "weak":
                 from ablate.train import _weak_targets
 
-                _weak_targets(cfg, {**splits}, train, seed, device, in_ch, out_ch)
+                _weak_targets(cfg, {**split}, train, seed, device, in_ch, out_ch)
             torch.manual_seed(seed)
             model = GraphNet(cfg, in_ch, out_ch).to(device)
 
@@ -241,14 +361,15 @@ def train_jointly(cfg, splits: dict, report: Callable[[int, list[float]], None])
         except BaseException as e:  # NaN loss and the like: the trial fails
             results.put((i, -1, e))
 
-    threads = [threading.Thread(target=run, args=(i, s), daemon=True) for i, s in enumerate(cfg.seeds)]
+    threads = [threading.Thread(target=run, args=(i, f, s), daemon=True)
+               for i, (f, s) in enumerate(jobs)]
     for t in threads:
         t.start()
     try:
         for epoch in range(1, cfg.epochs + 1):
             accs = []
             for i in range(len(threads)):
-                turns[i].release()  # seed i trains one epoch and evaluates
+                turns[i].release()  # member i trains one epoch and evaluates
                 j, e, acc = results.get()
                 if isinstance(acc, BaseException):
                     raise acc
@@ -258,14 +379,14 @@ def train_jointly(cfg, splits: dict, report: Callable[[int, list[float]], None])
             turns[i].release()
     finally:
         stop.set()
-        for s in turns:
-            s.release()
+        for sem in turns:
+            sem.release()
         for t in threads:
             t.join(timeout=30)
 
 
 def search_trainable(config: dict, base: dict) -> None:
-    """Tune function trainable: one configuration, its seeds trained jointly, mean val acc per epoch."""
+    """Tune function trainable: one configuration, its members trained jointly, objective per epoch."""
     import statistics
 
     import torch
@@ -279,13 +400,16 @@ def search_trainable(config: dict, base: dict) -> None:
     spec: SearchSpec = base["spec"]
     cfg = arm_config(spec, base["arm"], **params)
     splits = _search_splits(cfg)
+    folds = cv_splits(splits, spec.cv_folds) if spec.cv_folds else splits
+    groups = spec.cv_folds or len(cfg.seeds)
 
     def report(epoch: int, accs: list[float]) -> None:
         sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
         tune.report({"epoch": epoch, "seed_accs": json.dumps(accs), "val_acc_std": sd,
-                     "splits": ",".join(sorted(splits)), METRIC: sum(accs) / len(accs)})
+                     "splits": ",".join(sorted(splits)),
+                     METRIC: objective(accs, groups, spec.objective)})
 
-    train_jointly(cfg, splits, report)
+    train_jointly(cfg, folds, report)
 
 
 # ----------------------------------------------------------------------------- driver side
@@ -321,13 +445,14 @@ def _tune_callback(store, spec: SearchSpec, arm: str, searcher, epochs: int):
             number = self.numbers.get(trial.trial_id, -1)
             params = {k: trial.config[k] for k in PARAMS if k in trial.config}
             cfg = arm_config(spec, arm, **params)
-            accs = json.loads(res.get("seed_accs", "[]")) or [math.nan] * len(cfg.seeds)
+            who = members(spec, cfg)
+            accs = json.loads(res.get("seed_accs", "[]")) or [math.nan] * len(who)
             epoch = int(res.get("epoch", 0))
             common = {**axes(cfg), "search_arm": arm, "role": "search", "optuna_trial": int(number),
                       "pruned": bool(status == "ok" and epoch < epochs), "epochs_run": epoch,
                       "objective": float(res.get(METRIC, math.nan))}
-            rows = [{**common, "seed": s, "split": "val", "accuracy": float(a), "status": status,
-                     "error": error} for s, a in zip(cfg.seeds, accs)]
+            rows = [{**common, "seed": s, "fold": f, "split": "val", "accuracy": float(a),
+                     "status": status, "error": error} for (f, s), a in zip(who, accs)]
             store.write(f"{arm}-trial{number:05d}", rows)
             self.written.append(number)
 
@@ -412,7 +537,8 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
 
 
 def best_trial(store, arm: str) -> dict | None:
-    """The best unpruned search trial of `arm` in the store: params, val mean/std, optuna number."""
+    """The best unpruned search trial of `arm` in the store (highest objective, the value Optuna
+    was told): params, objective, val accuracy mean/std over its members, optuna number."""
     df = store.read()
     if df.empty or "role" not in df:
         return None
@@ -422,30 +548,44 @@ def best_trial(store, arm: str) -> dict | None:
     if df.empty:
         return None
     g = df.groupby("optuna_trial").agg(mean=("accuracy", "mean"), std=("accuracy", "std"),
-                                       n=("accuracy", "size"))
-    number = int(g["mean"].idxmax())
+                                       n=("accuracy", "size"), objective=("objective", "first"))
+    g["objective"] = g["objective"].fillna(g["mean"])
+    number = int(g["objective"].idxmax())
     row = df[df.optuna_trial == number].iloc[0]
     return {"optuna_trial": number, "val_mean": float(g.loc[number, "mean"]),
-            "val_std": float(g.loc[number, "std"]), "n_trials": int(n_total), "n_pruned": int(n_pruned),
-            "params": {p: float(row[p]) for p in PARAMS}}
+            "val_std": float(g.loc[number, "std"]), "objective": float(g.loc[number, "objective"]),
+            "n_trials": int(n_total), "n_pruned": int(n_pruned),
+            "params": {p: (str(row[p]) if p in CHOICES else float(row[p])) for p in PARAMS}}
+
+
+def final_jobs(spec: SearchSpec, arm: str, best: dict) -> dict:
+    """Role -> config of the final evaluation: tuned, reference (the spec's ``reference`` axes,
+    else the SPEC §3 threshold) and every baseline, on the final seeds and recipe."""
+    from ablate.config import recipe
+
+    base = arm_config(spec, arm)
+    ref = spec.reference if spec.reference is not None else {
+        "threshold": recipe(base.dataset)["thresholds"][base.supervision]}
+    jobs = {"tuned": final_config(spec, arm, **{k: v for k, v in best["params"].items()
+                                                 if k in spec.search}),
+            "reference": final_config(spec, arm, **ref)}
+    for role, overrides in spec.baselines.items():
+        jobs[role] = final_config(spec, arm, **overrides)
+    return jobs
 
 
 def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
-    """Evaluate the tuned and the reference (SPEC §3) config on fresh seeds, every split."""
+    """Train and evaluate the `final_jobs` configs on fresh seeds, every split (Ray tasks)."""
     import ray
 
-    from ablate.config import recipe, trial_id
+    from ablate.config import trial_id
     from ablate.data import dataset_recipe_hash
     from ablate.train import run_trial_full
 
-    base = arm_config(spec, arm)
-    ref_t = recipe(base.dataset)["thresholds"][base.supervision]
-    jobs = {"tuned": arm_config(spec, arm, seeds=spec.final_seeds,
-                                **{k: v for k, v in best["params"].items() if k in spec.search}),
-            "reference": arm_config(spec, arm, seeds=spec.final_seeds, threshold=ref_t)}
-    data_hash = dataset_recipe_hash(base.dataset, base.data_kwargs)
+    jobs = final_jobs(spec, arm, best)
     done = store.completed()
-    ids = {role: f"{arm}-final-{trial_id(c, data_hash)}" for role, c in jobs.items()}
+    ids = {role: f"{arm}-final-{trial_id(c, dataset_recipe_hash(c.dataset, c.data_kwargs))}"
+           for role, c in jobs.items()}
     cache = os.environ.get("ABLATE_CACHE")
 
     @ray.remote(num_cpus=spec.cpus_per_trial)
@@ -463,7 +603,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
 
 
 def summary(spec: SearchSpec, store) -> str:
-    """Per arm: tuned vs reference config, search val mean +- std, final val/test mean +- std."""
+    """Per arm: tuned vs reference (and baselines), search val mean +- std, final val/test."""
     import pandas as pd
 
     df = store.read()
@@ -473,28 +613,34 @@ def summary(spec: SearchSpec, store) -> str:
         if best is None:
             lines.append(f"{arm}: no finished unpruned trial yet")
             continue
-        fin = df[(df.search_arm == arm) & df.role.isin(["tuned", "reference"])]
+        roles = ["tuned", "reference", *spec.baselines]
+        fin = df[(df.search_arm == arm) & df.role.isin(roles)]
         tuned_ids = fin[(fin.role == "tuned") & (fin.optuna_trial == best["optuna_trial"])].trial_id
-        fin = fin[(fin.role == "reference") | fin.trial_id.isin(set(tuned_ids))]
+        fin = fin[(fin.role != "tuned") | fin.trial_id.isin(set(tuned_ids))]
+        over = (f"{spec.cv_folds}-fold CV x seeds {spec.seeds}" if spec.cv_folds
+                else f"seeds {spec.seeds}")
         lines.append(f"== {arm}: {best['n_trials']} search trials ({best['n_pruned']} pruned by ASHA), "
                      f"best #{best['optuna_trial']} "
-                     f"(val objective {best['val_mean']:.3f} +- {best['val_std']:.3f} over seeds "
-                     f"{spec.seeds}); final seeds {spec.final_seeds}")
+                     f"(objective {best['objective']:.3f}; val {best['val_mean']:.3f} +- "
+                     f"{best['val_std']:.3f} over {over}); final seeds {spec.final_seeds}"
+                     + (f", final recipe {spec.final_data}" if spec.final_data else ""))
         rows = []
-        for role in ("tuned", "reference"):
+        for role in roles:
             part = fin[fin.role == role]
             if part.empty:
                 continue
             r = {"config": role, "threshold": f"{part.threshold.iloc[0]:.4g}"}
             for p in build_space(spec.search, arm_config(spec, arm)):
                 if p != "threshold":
-                    r[p] = f"{part[p].iloc[0]:.4g}"
+                    v = part[p].iloc[0]
+                    r[p] = v if isinstance(v, str) else f"{v:.4g}"
             r["search val"] = (f"{best['val_mean']:.3f}+-{best['val_std']:.3f}" if role == "tuned"
                                else "-")
             order = sorted(part.split.unique(), key=lambda x: (x != "val", x))
             for split in order:
                 g = part[part.split == split]
-                r[split] = f"{g.accuracy.mean():.3f}+-{g.accuracy.std():.3f}"
+                name = "val (in train)" if split == "val" and spec.final_data.get("final") else split
+                r[name] = f"{g.accuracy.mean():.3f}+-{g.accuracy.std():.3f}"
             rows.append(r)
         if rows:
             lines.append(pd.DataFrame(rows).to_string(index=False))
@@ -508,20 +654,23 @@ def main(name: str, argv: list[str]) -> int:
     from ablate.store import Store
 
     spec = load_search_spec(name, [a for a in argv if "=" in a])
-    for arm in spec.arms:  # validate every arm and space before Ray starts
+    for arm in spec.arms:  # validate every arm, space and final row before Ray starts
         build_space(spec.search, arm_config(spec, arm))
+        final_jobs(spec, arm, {"params": {}})
     if spec.dry_run:
         for arm in spec.arms:
             cfg = arm_config(spec, arm)
-            print(f"{arm}: {spec.arms[arm]} epochs={cfg.epochs} space="
-                  f"{ {k: (d.low, d.high, d.log) for k, d in build_space(spec.search, cfg).items()} }")
+            space = {k: (tuple(d.choices) if hasattr(d, "choices") else (d.low, d.high, d.log))
+                     for k, d in build_space(spec.search, cfg).items()}
+            print(f"{arm}: {spec.arms[arm]} epochs={cfg.epochs} cv_folds={spec.cv_folds} "
+                  f"space={space} final={sorted(final_jobs(spec, arm, {'params': {}}))}")
         return 0
     store = Store(spec.results_dir, spec.name)
     store.lock()
     try:
-        for arm in spec.arms:
-            cfg = arm_config(spec, arm)
-            load_graphsets(cfg.dataset, **cfg.data_kwargs)  # build the cache once, in the driver
+        for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
+            for cfg in (arm_config(spec, arm), final_config(spec, arm)):
+                load_graphsets(cfg.dataset, **cfg.data_kwargs)
         start_ray(spec.ray_address)
         for arm in spec.arms:
             n = run_search(spec, arm, store)

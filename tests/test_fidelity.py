@@ -61,7 +61,13 @@ def _model_identity(cfg) -> str:
     return repr(sorted(a.items()))
 
 
-@pytest.mark.parametrize("study", sorted(set(list_studies()) - {"threshold_search"}))
+def _grid_studies() -> list[str]:
+    from ablate.search import is_search_study
+
+    return sorted(s for s in list_studies() if not is_search_study(s))
+
+
+@pytest.mark.parametrize("study", _grid_studies())
 def test_every_row_of_every_study_is_a_distinct_model(study):
     overrides = {"mnist": ["data.path=/nonexistent"], "tu": ["data.path=/nonexistent"]}
     s, _ = build_study(study, overrides.get(study, []))

@@ -6,12 +6,24 @@ superpixel pipeline itself is `ablate.data.superpixels`.
 - `generate_mnist` reads MNIST from a LOCAL directory (IDX files, plain or
   gzipped, in `path`, `path/raw` or torchvision's `path/MNIST/raw`); nothing is
   ever downloaded. Validation images are HELD OUT of the 60k training images
-  (the reference validated on training images; we do not).
+  (the reference validated on training images; we do not) unless `final=True`.
 - `generate_digits` runs the same pipeline on scikit-learn's bundled 8x8
   handwritten digits (values / 16, bilinearly upscaled to 28x28): the offline
   default the SPEC asks for.
 
 Splits: "train", "val", "test_orig", "test_noisy", "test_noisyc".
+
+Recipe switches that follow the reference script `scripts/mnist_75sp.sh`
+(see docs/recipes.md):
+
+- `final=True`: the reference's final models train on all 60,000 training
+  images. The n_val validation images go back into "train" (n_train + n_val
+  graphs); "val" still holds those same images, so its curves track the fit on
+  part of the training set, not generalisation. With `final=False` (default)
+  "train" and "val" are disjoint.
+- `gt`: the ground-truth attention (`superpixels.gt_attention`): "intensity"
+  (SPEC default, intensity >= 0.5) or "any" (uniform over superpixels with
+  intensity > 0: the reference's ground-truth oracle for ChebyGIN, K > 1).
 
 Node features, every split: 5 channels [I, I, I, row, col]. The intensity is
 replicated three times in ALL splits (not only in TEST-NOISY-C, which needs
@@ -35,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.data.graphs import GraphSet
-from ablate.data.superpixels import images_to_superpixels, superpixel_graphs
+from ablate.data.superpixels import GT_VARIANTS, images_to_superpixels, superpixel_graphs
 from ablate.errors import ConfigError
 
 NOISE_STD = 0.4  # TEST-NOISY: one Gaussian draw per node, shared by the 3 intensity channels
@@ -59,9 +71,13 @@ def generate_mnist(
     n_test: int = 10000,
     noise_seed: int = 111,
     split_seed: int = 111,
+    gt: str = "intensity",
+    final: bool = False,
     progress: bool = False,
 ) -> dict[str, GraphSet]:
-    """MNIST-75SP splits from local MNIST IDX files (SPEC 1); val is held out of the 60k train."""
+    """MNIST-75SP splits from local MNIST IDX files (SPEC 1); val is held out of the 60k train
+    unless `final` (then train = n_train + n_val images, as the reference's final models)."""
+    _check_gt(gt)
     train_x, train_y, test_x, test_y = load_mnist_arrays(path)
     if n_train + n_val > len(train_x):
         raise ConfigError(f"n_train + n_val = {n_train + n_val} exceeds the {len(train_x)} "
@@ -70,12 +86,12 @@ def generate_mnist(
         raise ConfigError(f"n_test = {n_test} exceeds the {len(test_x)} MNIST test images")
     rng = np.random.default_rng(split_seed)
     perm = rng.permutation(len(train_x))
-    tr, va = perm[:n_train], perm[n_train:n_train + n_val]
+    tr, va = _train_val(perm, n_train, n_val, final)
     te = rng.permutation(len(test_x))[:n_test]
     images = {"train": train_x[tr], "val": train_x[va], "test": test_x[te]}
     labels = {"train": train_y[tr], "val": train_y[va], "test": test_y[te]}
     images = {k: v.astype(np.float32) / 255.0 for k, v in images.items()}
-    return build_splits(images, labels, noise_seed=noise_seed, progress=progress)
+    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, progress=progress)
 
 
 def generate_digits(
@@ -84,22 +100,38 @@ def generate_digits(
     n_test: int = 297,
     noise_seed: int = 111,
     split_seed: int = 111,
+    gt: str = "intensity",
+    final: bool = False,
     progress: bool = False,
 ) -> dict[str, GraphSet]:
-    """DIGITS-75SP: the MNIST-75SP pipeline on scikit-learn's 1797 8x8 digits upscaled to 28x28."""
+    """DIGITS-75SP: the MNIST-75SP pipeline on scikit-learn's 1797 8x8 digits upscaled to 28x28
+    (`gt` and `final` as in `generate_mnist`)."""
     from sklearn.datasets import load_digits
 
+    _check_gt(gt)
     digits = load_digits()
     total = n_train + n_val + n_test
     if total > len(digits.images):
         raise ConfigError(f"n_train + n_val + n_test = {total} exceeds the "
                           f"{len(digits.images)} scikit-learn digits")
     perm = np.random.default_rng(split_seed).permutation(len(digits.images))
-    idx = {"train": perm[:n_train], "val": perm[n_train:n_train + n_val],
-           "test": perm[n_train + n_val:total]}
+    tr, va = _train_val(perm, n_train, n_val, final)
+    idx = {"train": tr, "val": va, "test": perm[n_train + n_val:total]}
     images = {k: upscale_digits(digits.images[v] / 16.0) for k, v in idx.items()}
     labels = {k: digits.target[v] for k, v in idx.items()}
-    return build_splits(images, labels, noise_seed=noise_seed, progress=progress)
+    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, progress=progress)
+
+
+def _train_val(perm: np.ndarray, n_train: int, n_val: int,
+               final: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Train and val image indices: disjoint, or (final) train = train + val, val unchanged."""
+    tr, va = perm[:n_train], perm[n_train:n_train + n_val]
+    return (perm[:n_train + n_val] if final else tr), va
+
+
+def _check_gt(gt: str) -> None:
+    if gt not in GT_VARIANTS:
+        raise ConfigError(f"gt must be one of {', '.join(GT_VARIANTS)}, got {gt!r}")
 
 
 def upscale_digits(images: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
@@ -117,13 +149,15 @@ def build_splits(
     images: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],
     noise_seed: int = 111,
+    gt: str = "intensity",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
-    """Superpixel graphs of images["train"/"val"/"test"] (n, 28, 28) in [0, 1], plus noisy tests."""
+    """Superpixel graphs of images["train"/"val"/"test"] (n, 28, 28) in [0, 1], plus noisy tests;
+    ground truth `gt` ("intensity" or "any", `superpixels.gt_attention`)."""
     raw: dict[str, GraphSet] = {}
     for split in ("train", "val", "test"):
         sps = images_to_superpixels(images[split], progress=progress, desc=f"superpixels {split}")
-        edges, weights, gts = superpixel_graphs(sps)
+        edges, weights, gts = superpixel_graphs(sps, gt)
         xs = [_raw_features(intensity, coord) for intensity, coord in sps]
         y = np.asarray(labels[split], np.int64)
         raw[split] = (GraphSet.from_graphs(xs, edges, y, gts, weights) if xs

@@ -7,7 +7,10 @@ Follows SPEC "MNIST-75SP" and the authors' `extract_superpixels.py` /
 its centre of mass (row, col) / 28; the graph is complete with weights
 A_ij = exp(-||c_i - c_j|| / (0.1 pi)^2) (zero diagonal); the ground-truth
 attention is proportional to the mean intensity of superpixels with intensity
->= 0.5, zero elsewhere, normalised to sum 1.
+>= 0.5, zero elsewhere, normalised to sum 1 (`gt="intensity"`, SPEC 1). The
+reference's MNIST-75SP script runs its ChebyGIN (K > 1) ground-truth oracle with
+another ground truth, uniform over every superpixel with mean intensity > 0
+(`gt="any"`, the authors' `gt_attn_threshold = 0`); see docs/recipes.md.
 
 `images_to_superpixels` converts many images on 2 worker processes;
 `superpixel_graphs` turns the (intensity, centre) pairs into edges, edge
@@ -30,6 +33,7 @@ MAX_SUPERPIXELS = 75  # lower n_segments until at most this many segments come b
 COMPACTNESS = 0.25
 SIGMA = 0.1  # adjacency bandwidth: A_ij = exp(-d_ij / (SIGMA * pi)^2)
 GT_THRESHOLD = 0.5  # superpixels at least this bright carry ground-truth attention
+GT_VARIANTS = ("intensity", "any")  # SPEC default; the reference's oracle for K > 1 (I > 0)
 
 
 def slic_segments(img: np.ndarray) -> np.ndarray:
@@ -90,9 +94,18 @@ def adjacency(coord: np.ndarray) -> np.ndarray:
     return a
 
 
-def gt_attention(intensity: np.ndarray) -> np.ndarray:
-    """Ground truth alpha_i ~ I_i on superpixels with I_i >= 0.5, else 0, normalised (SPEC 1)."""
+def gt_attention(intensity: np.ndarray, gt: str = "intensity") -> np.ndarray:
+    """Ground-truth attention of one image's superpixels, normalised to sum 1 (SPEC 1).
+
+    gt="intensity": alpha_i ~ I_i on superpixels with I_i >= 0.5, else 0 (SPEC default).
+    gt="any": alpha_i ~ [I_i > 0], uniform over every non-black superpixel (the reference
+    script's ground-truth oracle for ChebyGIN, K > 1).
+    """
     intensity = np.asarray(intensity, dtype=np.float32)
+    if gt == "any":
+        return normalize_gt((intensity > 0).astype(np.float32))
+    if gt != "intensity":
+        raise ValueError(f"unknown ground truth {gt!r}; valid choices: {', '.join(GT_VARIANTS)}")
     return normalize_gt(np.where(intensity >= GT_THRESHOLD, intensity, 0.0))
 
 
@@ -104,14 +117,15 @@ def complete_edges(n: int) -> np.ndarray:
 
 def superpixel_graphs(
     superpixels: list[tuple[np.ndarray, np.ndarray]],
+    gt: str = "intensity",
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """Complete-graph edges, edge weights A_ij and ground truth of every superpixel graph."""
+    """Complete-graph edges, edge weights A_ij and ground truth (`gt_attention`) of every graph."""
     edges, weights, gts = [], [], []
     for intensity, coord in superpixels:
         e = complete_edges(len(intensity))
         edges.append(e)
         weights.append(adjacency(coord)[e[0], e[1]].astype(np.float32))
-        gts.append(gt_attention(intensity))
+        gts.append(gt_attention(intensity, gt))
     return edges, weights, gts
 
 

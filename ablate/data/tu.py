@@ -14,6 +14,12 @@ Splits:
 - "test_orig": the leftover small graphs alone (a subset of "test_large"),
   present only when there are any.
 
+`final=True` follows the reference's final TU models, trained on ALL the
+train/val graphs (after cross-validating hyper-parameters on them): "train"
+then holds every chosen small graph and "val" is still the same val subset,
+now inside "train" (its curves track the fit, not generalisation). The test
+splits do not change. See docs/recipes.md.
+
 Node features: the one-hot node labels when the dataset has them (node
 attributes, e.g. PROTEINS' float attribute, are dropped as in PyG's
 `TUDataset(use_node_attr=False)`), else one-hot degree with
@@ -37,11 +43,12 @@ def proteins(
     n_train_val: int = 500,
     val_fraction: float = 0.1,
     split_seed: int = 111,
+    final: bool = False,
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """PROTEINS: train/val on N <= 25 (500 graphs), test on the other 613 (SPEC 1)."""
     return _load_inductive("PROTEINS", path, max_train_nodes, n_train_val, val_fraction,
-                           split_seed)
+                           split_seed, final)
 
 
 def dd(
@@ -50,10 +57,12 @@ def dd(
     n_train_val: int = 462,
     val_fraction: float = 0.1,
     split_seed: int = 111,
+    final: bool = False,
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """D&D: train/val on N <= 200 (462 graphs), test on the other 716 (SPEC 1)."""
-    return _load_inductive("DD", path, max_train_nodes, n_train_val, val_fraction, split_seed)
+    return _load_inductive("DD", path, max_train_nodes, n_train_val, val_fraction, split_seed,
+                           final)
 
 
 def collab(
@@ -62,11 +71,12 @@ def collab(
     n_train_val: int = 500,
     val_fraction: float = 0.1,
     split_seed: int = 111,
+    final: bool = False,
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """COLLAB: train/val on N <= 35 (500 graphs), test on the other 4500 (SPEC 1)."""
     return _load_inductive("COLLAB", path, max_train_nodes, n_train_val, val_fraction,
-                           split_seed)
+                           split_seed, final)
 
 
 def find_tu_folder(name: str, path: str | None) -> Path:
@@ -135,8 +145,10 @@ def _symmetric_edges(local: np.ndarray, counts: np.ndarray,
 
 
 def _load_inductive(name: str, path: str | None, max_train_nodes: int, n_train_val: int,
-                    val_fraction: float, split_seed: int) -> dict[str, GraphSet]:
-    """Inductive split of a TU dataset by node count (SPEC 1, real graph datasets)."""
+                    val_fraction: float, split_seed: int,
+                    final: bool = False) -> dict[str, GraphSet]:
+    """Inductive split of a TU dataset by node count (SPEC 1, real graph datasets);
+    `final`: train on every train/val graph (the reference's final models)."""
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
     xs, edges, y = read_tu(name, path)
@@ -146,7 +158,7 @@ def _load_inductive(name: str, path: str | None, max_train_nodes: int, n_train_v
         raise ConfigError(f"{name} has no graph with at most {max_train_nodes} nodes to train on")
     chosen = np.random.default_rng(split_seed).permutation(small)[:n_train_val]
     n_val = int(round(val_fraction * len(chosen)))
-    val, train = chosen[:n_val], chosen[n_val:]
+    val, train = chosen[:n_val], (chosen if final else chosen[n_val:])
     used = np.zeros(len(xs), dtype=bool)
     used[chosen] = True
     gts = [np.zeros(len(x), np.float32) for x in xs]

@@ -1,0 +1,147 @@
+"""The reference's TU protocol (docs/recipes.md): GCN-style layers (ChebyNet K=3 for COLLAB),
+pooling before layer 3 (PROTEINS, D&D) or after the last layer (COLLAB), weak attention
+tuned by k-fold cross-validation with Optuna (studies/tu_search.yaml), final models trained
+on all train/val graphs. Tiny TU folders are written by the helpers of test_data_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_data_real import _write_tu
+
+from ablate.data import tu
+from ablate.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+# the 8 fixture graphs with N <= 25 (sizes 3..25) are all train/val; 4 larger ones are tested
+TINY = ["data.max_train_nodes=25", "data.n_train_val=8", "data.val_fraction=0.25"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tu_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tu_recipe")
+    _write_tu(root / "PROTEINS", "PROTEINS", node_labels=True)
+    return root
+
+
+def test_tu_final_trains_on_all_train_val_graphs(tu_dir):
+    kw = dict(max_train_nodes=10, n_train_val=4, val_fraction=0.25)
+    held = tu.proteins(str(tu_dir), **kw)
+    final = tu.proteins(str(tu_dir), final=True, **kw)
+    assert (len(held["train"]), len(held["val"]), len(final["train"]), len(final["val"])) == (3, 1, 4, 1)
+    both = sorted(np.concatenate([held["train"].num_nodes, held["val"].num_nodes]))
+    assert sorted(final["train"].num_nodes) == both  # train = train + val (sizes are unique)
+    np.testing.assert_array_equal(final["val"].x, held["val"].x)
+    for split in ("test_large", "test_orig"):  # the test graphs do not move
+        np.testing.assert_array_equal(final[split].num_nodes, held[split].num_nodes)
+        np.testing.assert_array_equal(final[split].x, held[split].x)
+
+
+def test_tu_study_is_the_reference_recipe():
+    from ablate.study import build_study
+
+    study, _ = build_study("tu", ["data.path=/data"])
+    cfgs = [t.config for t in study.trials]
+    arch = {"proteins": ("gcn", 1, (2,)), "dd": ("gcn", 1, (2,)), "collab": ("chebynet", 3, (3,))}
+    for c in cfgs:
+        backbone, K, pool = arch[c.dataset]
+        assert (c.backbone, c.K, c.aggregation, c.hidden) == (backbone, K, "mean", 0)
+        assert (c.filters, c.readout, c.dropout) == ((64, 64, 64), "max", 0.1)
+        assert (c.epochs, c.lr_decay_epochs) == (50, (25, 35, 45))
+        assert c.pool_layers in ((), pool)
+        assert dict(c.data_params)["final"] is True  # reported models train on train + val
+    rows = {(c.dataset, c.supervision if c.pool_layers else "global") for c in cfgs}
+    assert rows == {(d, r) for d in arch for r in ("global", "weak")}
+    assert len({c.seeds for c in cfgs}) == 10
+
+
+def test_tu_search_spec_tunes_the_reference_space(tu_dir):
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from ablate.search import arm_config, build_space, final_jobs, load_search_spec
+
+    with pytest.raises(ConfigError, match="data.path"):
+        load_search_spec("tu_search", [])
+    with pytest.raises(ConfigError, match="final_data"):
+        load_search_spec("tu_search", [f"data.path={tu_dir}", "data.final=true"])
+    spec = load_search_spec("tu_search", [f"data.path={tu_dir}"])
+    assert (spec.cv_folds, spec.objective, spec.final_data) == (5, "mean_minus_std", {"final": True})
+    assert {arm_config(spec, a).dataset for a in spec.arms} == {"proteins", "dd", "collab"}
+    cfg = arm_config(spec, "proteins_weak")
+    assert (cfg.backbone, cfg.pool_layers, cfg.supervision) == ("gcn", (2,), "weak")
+    assert "final" not in cfg.data_kwargs  # the search never trains on its val folds' graphs
+    space = build_space(spec.search, cfg)
+    assert space["threshold"] == FloatDistribution(1e-4, 2e-2)
+    assert space["kl_weight"] == FloatDistribution(0.1, 10.0)
+    assert space["scorer"] == CategoricalDistribution(["fc", "fc_hidden"])  # hidden 0 or 32
+    assert space["init_dist"] == CategoricalDistribution(["normal", "uniform"])
+    jobs = final_jobs(spec, "collab_weak", {"params": {"threshold": 0.005, "scorer": "fc_hidden"}})
+    assert set(jobs) == {"tuned", "reference", "global_pool"}
+    assert (jobs["tuned"].threshold, jobs["tuned"].scorer, jobs["tuned"].K) == (0.005, "fc_hidden", 3)
+    assert jobs["global_pool"].pool_layers == () and jobs["tuned"].pool_layers == (3,)
+    assert all(c.data_kwargs["final"] is True and len(c.seeds) == 10 for c in jobs.values())
+
+
+def test_cv_folds_partition_train_and_val(tu_dir):
+    from ablate.search import _search_splits, arm_config, cv_splits, load_search_spec, objective
+
+    spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY])
+    splits = _search_splits(arm_config(spec, "proteins_weak"))
+    pool = sorted(np.concatenate([splits["train"].num_nodes, splits["val"].num_nodes]))
+    folds = cv_splits(splits, 3)
+    assert len(folds) == 3 and all(set(f) == {"train", "val"} for f in folds)
+    held = sorted(np.concatenate([f["val"].num_nodes for f in folds]))
+    assert held == pool  # every train/val graph is scored exactly once
+    for f in folds:
+        assert not set(f["train"].num_nodes) & set(f["val"].num_nodes)
+        assert sorted(np.concatenate([f["train"].num_nodes, f["val"].num_nodes])) == pool
+    assert [len(f["val"]) for f in cv_splits(splits, 3)] == [len(f["val"]) for f in folds]
+    with pytest.raises(ConfigError, match="cv_folds"):
+        cv_splits(splits, 9)
+    accs = [0.5, 0.7, 0.6, 0.8]  # 2 folds x 2 seeds, fold-major
+    assert objective(accs, 2) == pytest.approx(0.65)
+    assert objective(accs, 2, "mean_minus_std") == pytest.approx(0.65 - 0.05)
+
+
+def test_train_jointly_one_member_per_fold_and_seed(tu_dir):
+    from ablate.search import _search_splits, arm_config, cv_splits, load_search_spec, train_jointly
+
+    spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY, "epochs=2", "seeds=[0,1]"])
+    cfg = arm_config(spec, "proteins_weak", threshold=0.01, scorer="fc_hidden")
+    seen = []
+    train_jointly(cfg, cv_splits(_search_splits(cfg), 2), lambda e, accs: seen.append((e, len(accs))))
+    assert seen == [(1, 4), (2, 4)]
+
+
+def test_tu_search_end_to_end(tmp_path, tu_dir):
+    """2 Optuna trials of 2-fold CV on a fabricated PROTEINS, then the final rows on train+val."""
+    from ablate.store import read_trials
+
+    cmd = [sys.executable, "-m", "ablate.run", "study=tu_search", f"data.path={tu_dir}", *TINY,
+           f"results_dir={tmp_path}", "arms=proteins_weak", "n_trials=2", "epochs=2", "cv_folds=2",
+           "seeds=[0,1]", "final_seeds=[5]", "max_concurrent=1", "grace_period=2"]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    df = read_trials(tmp_path, "tu_search")
+    search = df[df.role == "search"]
+    assert set(search.split) == {"val"} and set(search.fold) == {0, 1}
+    assert search.groupby("optuna_trial").size().tolist() == [4, 4]  # 2 folds x 2 seeds
+    assert not any(json.loads(p).get("final") for p in search.data_params)  # CV on train + val
+    final = df[df.role != "search"]
+    assert set(final.role) == {"tuned", "reference", "global_pool"}
+    assert all('"final": true' in p for p in final.data_params)
+    assert "test_large" in set(final[final.role == "tuned"].split)
+    assert "global_pool" in out.stdout and "2-fold CV" in out.stdout
