@@ -193,7 +193,8 @@ def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> di
         "n_graphs": len(y),
         "ft": ft_hit / ft_total if ft_total else math.nan,
         "acc_by_size": json.dumps(_by_size(correct, size)),
-        "gt_mass_curve": json.dumps(_mass_curve(np.concatenate(masses)) if masses else {}),
+        "gt_mass_curve": json.dumps(_mass_curve(np.concatenate(masses))
+                                    if masses and sum(len(m) for m in masses) else {}),
     }
     for layer in range(max(n_pools, 1)):
         has_alpha = bool(alphas[layer])
