@@ -41,7 +41,7 @@ def _time(fn, repeats: int) -> list[float]:
 
 
 def _model(dataset: str, **kw) -> tuple[GraphNet, TrialConfig, dict]:
-    cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin", **kw))
+    cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin_ref", **kw))
     splits = load_graphsets(dataset)
     torch.manual_seed(0)
     out = 1
@@ -107,7 +107,7 @@ def main() -> None:
         rows.append(("TRIANGLES full evaluation (val + 2 tests, 15,000 graphs)", ev, ""))
 
     if "batched" not in skip:  # a whole trial: 10 seeds trained as one vmapped model
-        trial = TrialConfig(dataset="colors", backbone="chebygin", supervision="sup",
+        trial = TrialConfig(dataset="colors", backbone="chebygin_ref", supervision="sup",
                             seeds=tuple(range(10)))
         run_trial_full(trial.replace(epochs=1, lr_decay_epochs=(), seeds=(0, 1)))  # warm-up
         whole = _time(lambda: run_trial_full(trial), args.batched_repeats)

@@ -45,7 +45,7 @@ def _sync(device: torch.device) -> None:
 def step_times(dataset: str, S: int, step: str, device: torch.device, steps: int,
                repeats: int) -> list[float]:
     """Seconds per step of an S-member pack, `repeats` timings of `steps` steps each."""
-    cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin", supervision="sup",
+    cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin_ref", supervision="sup",
                               step=step, device=device.type))
     splits = load_graphsets(dataset)
     train = TrainBatches(splits["train"], device)
@@ -114,7 +114,7 @@ def main() -> None:
     if args.recipes:
         print("\nfull recipes, 10 seeds as one pack (curves and evaluation included)")
         for ds in args.datasets.split(","):
-            cfg = TrialConfig(dataset=ds, backbone="chebygin", supervision="sup",
+            cfg = TrialConfig(dataset=ds, backbone="chebygin_ref", supervision="sup",
                               seeds=tuple(range(10)), device=device.type)
             t0 = time.perf_counter()
             res = run_trial_full(cfg)

@@ -22,9 +22,9 @@ from ablate.config import TrialConfig
 from ablate.train import run_trial
 
 COLORS_MODELS = {
-    "ChebyGIN sup": dict(backbone="chebygin", supervision="sup"),
-    "ChebyGIN global pool": dict(backbone="chebygin", pool_layers=()),
-    "ChebyGIN global pool (no LOO AUC)": dict(backbone="chebygin", pool_layers=(), loo_auc=False),
+    "ChebyGIN sup": dict(backbone="chebygin_ref", supervision="sup"),
+    "ChebyGIN global pool": dict(backbone="chebygin_ref", pool_layers=()),
+    "ChebyGIN global pool (no LOO AUC)": dict(backbone="chebygin_ref", pool_layers=(), loo_auc=False),
     "GIN + GT attention": dict(backbone="gin", supervision="gt"),
 }
 
@@ -64,7 +64,7 @@ def main() -> None:
     if args.dataset == "colors":
         models = COLORS_MODELS
     else:
-        models = {"ChebyGIN sup": dict(backbone="chebygin", supervision="sup")}
+        models = {"ChebyGIN sup": dict(backbone="chebygin_ref", supervision="sup")}
         seeds = seeds[:1] if args.seeds == "0,1,2,3,4" else seeds
     if args.models:
         models = {k: v for k, v in models.items() if k in args.models.split(",")}

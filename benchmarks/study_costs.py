@@ -20,10 +20,10 @@ from ablate.train import run_trial_full
 ROWS = {
     "COLORS GIN unsup (init)": dict(dataset="colors", backbone="gin", supervision="unsup",
                                     init_dist="normal"),
-    "COLORS ChebyGIN sup": dict(dataset="colors", backbone="chebygin", supervision="sup"),
-    "COLORS ChebyGIN global pool": dict(dataset="colors", backbone="chebygin", pool_layers=()),
+    "COLORS ChebyGIN sup": dict(dataset="colors", backbone="chebygin_ref", supervision="sup"),
+    "COLORS ChebyGIN global pool": dict(dataset="colors", backbone="chebygin_ref", pool_layers=()),
     "COLORS GIN global pool": dict(dataset="colors", backbone="gin", pool_layers=()),
-    "COLORS ChebyGIN weak": dict(dataset="colors", backbone="chebygin", supervision="weak"),
+    "COLORS ChebyGIN weak": dict(dataset="colors", backbone="chebygin_ref", supervision="weak"),
 }
 
 
