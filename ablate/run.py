@@ -148,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if options["verify"]:
             return verify(study, options)
-        check_devices(study, options["ray_address"])
-        check_resources_early(study, options["ray_address"])
-        writable = Store(options["results_dir"], study.name).writable()  # or exit 2 here
-        if options["dry_run"]:
+        if options["dry_run"]:  # a run makes these checks itself (run_study), before Ray
+            check_devices(study, options["ray_address"])
+            check_resources_early(study, options["ray_address"])
+            writable = Store(options["results_dir"], study.name).writable()  # or exit 2 here
             print(dry_run(study, options))
             if not writable:
                 print(f"note: {Path(options['results_dir']) / study.name} is read-only: a run "

@@ -36,20 +36,15 @@ COLORS_SPLITS = {"val", "test_orig", "test_large", "test_largec"}
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    """Dataset cache in tmp, test trial kinds importable by the driver and the workers."""
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT)]))
-    monkeypatch.syspath_prepend(str(TESTS))
+def env(ray_env, monkeypatch):
+    """`ray_env` plus the test trial kinds (importable by the driver and the workers)."""
     monkeypatch.setitem(TRIAL_KINDS, "faulty", TrialKind(
         "ablate.config:TrialConfig", "_ray_kinds:faulty_trial", "ablate.config:resolve"))
     monkeypatch.setitem(TRIAL_KINDS, "held", TrialKind(
         "ablate.config:TrialConfig", "_ray_kinds:held_trial", "ablate.config:resolve"))
     monkeypatch.setitem(TRIAL_KINDS, "barrier", TrialKind(
         "ablate.config:TrialConfig", "_ray_kinds:barrier_trial", None, datasets=False))
-    yield tmp_path
-    if ray.is_initialized():
-        ray.shutdown()
+    return ray_env
 
 
 def _study(name: str, kind: str = "graph", fixed: dict | None = None, grid: dict | None = None,

@@ -15,7 +15,6 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
-import ray  # noqa: E402
 
 from ablate.execution import run_study, start_ray  # noqa: E402
 from ablate.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
@@ -29,16 +28,11 @@ TINY = {"n_train": 40, "n_val": 40, "n_test": 40, "n_max_large": 40}
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT)]))
-    monkeypatch.syspath_prepend(str(TESTS))
+def env(ray_env, monkeypatch):
     monkeypatch.setitem(TRIAL_KINDS, "faultypack", TrialKind(
         "ablate.config:TrialConfig", "_ray_kinds:faulty_trial", "ablate.config:resolve",
         pack="_ray_kinds:faulty_pack"))
-    yield tmp_path
-    if ray.is_initialized():
-        ray.shutdown()
+    return ray_env
 
 
 def _study(name: str, kind: str = "graph", fixed: dict | None = None, grid: dict | None = None,

@@ -31,13 +31,8 @@ TINY = {"n_train": 40, "n_val": 40, "n_test": 40, "n_max_large": 40}
 
 
 @pytest.fixture(autouse=True)
-def _env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT)]))
-    monkeypatch.syspath_prepend(str(TESTS))
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
+def _env(ray_env):
+    return ray_env
 
 
 def _one_line_error(capsys, argv, *words) -> str:
