@@ -29,10 +29,10 @@ NORMALIZERS = ("softmax", "sparsemax", "spherical")
 SUPERVISIONS = ("unsup", "sup", "weak", "gt")
 INIT_DISTS = ("default", "normal", "uniform")
 DEVICES = ("auto", "cpu", "cuda")
-STEPS = ("auto", "replay", "eager")  # how a packed training step runs (ablate/batched.py)
+STEPS = ("auto", "replay", "eager")  # how a packed training step runs (ablate/trial/packed.py)
 EXECUTION_FIELDS = ("study", "device", "step")  # not part of a trial's identity
 TU_DATASETS = ("proteins", "dd", "collab")
-WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (ablate/weak.py)
+WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (ablate/trial/weak.py)
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
 
 

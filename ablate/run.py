@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ablate.errors import ConfigError
-from ablate.study import (
+from ablate.runner.study import (
     RUN_KEYS,
     STUDY_KEYS,
     TRIAL_KINDS,
@@ -111,7 +111,7 @@ def dry_run(study, options) -> str:
     """The trial table (axes as columns) and the count, marking trials already done."""
     import pandas as pd
 
-    from ablate.store import Store
+    from ablate.runner.store import Store
 
     done = Store(options["results_dir"], study.name).completed()
     table = trial_table(study, done)
@@ -136,15 +136,15 @@ def main(argv: list[str] | None = None) -> int:
             names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
             print(help_text(names[-1] if names else None))
             return 0
-        from ablate.search import is_search_study
+        from ablate.runner.search import is_search_study
 
         if is_search_study(_study_name(argv)):  # kind: search -> Optuna through Ray Tune
-            from ablate.search import main as search_main
+            from ablate.runner.search import main as search_main
 
             return search_main(_study_name(argv), argv)
         study, options = build_study(_study_name(argv), argv)
-        from ablate.execution import check_devices, check_resources_early, run_study
-        from ablate.store import Store
+        from ablate.runner.execution import check_devices, check_resources_early, run_study
+        from ablate.runner.store import Store
 
         if options["verify"]:
             return verify(study, options)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def verify(study, options) -> int:
     """`verify=true`: every trial and curves file of the study read whole; problems listed."""
-    from ablate.store import Store
+    from ablate.runner.store import Store
 
     store = Store(options["results_dir"], study.name)
     problems = store.verify()

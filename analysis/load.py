@@ -36,7 +36,7 @@ AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "fil
         "dropout", "pool_layers", "scorer", "scorer_input", "selection", "threshold", "ratio",
         "normalizer", "supervision", "kl_weight", "init_dist", "init_scale", "epochs",
         "lr_decay_epochs", "lr", "weight_decay", "batch_size", "seeds", "extra",
-        # selective-dependence (ablate.sdc) trials
+        # selective-dependence (ablate.trial.sdc) trials
         "task", "average_at", "entropy_lambda", "focus_hidden", "classify_hidden")
 METRICS = ("accuracy", "ft", "acc_by_size", "gt_mass_curve", "cos_p_init", "nnz", "dist", "ent")
 COST = ("train_s", "git_sha")  # compute and provenance lines of the report

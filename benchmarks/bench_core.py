@@ -18,12 +18,12 @@ import time
 import numpy as np
 import torch
 
-from ablate.batching import TrainBatches, eval_batches
 from ablate.config import TrialConfig, resolve
 from ablate.data import colors, load_graphsets, triangles
 from ablate.models.network import GraphNet
-from ablate.train import _tune_allocator, evaluate, fit, run_trial_full
-from ablate.weak import leave_one_out_attention
+from ablate.trial.batches import TrainBatches, eval_batches
+from ablate.trial.graph import _tune_allocator, evaluate, fit, run_trial_full
+from ablate.trial.weak import leave_one_out_attention
 
 _CPU: dict[int, list[float]] = {}  # id(wall list) -> CPU seconds of the same runs
 

@@ -30,11 +30,11 @@ import time
 
 import torch
 
-from ablate import batched
-from ablate.batching import TrainBatches
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
-from ablate.train import _tune_allocator, run_trial_full
+from ablate.trial import packed as batched
+from ablate.trial.batches import TrainBatches
+from ablate.trial.graph import _tune_allocator, run_trial_full
 
 
 def _sync(device: torch.device) -> None:

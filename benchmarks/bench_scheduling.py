@@ -5,7 +5,7 @@ and 1,000 graphs per test split, 3 epochs; ChebyGIN unsupervised / supervised /
 top-k and GIN unsupervised attention rows x N seeds). Two ways to run the same
 (config, seed) units on this machine:
 
-- runner: `ablate.execution.run_study` as `python -m ablate.run` does it:
+- runner: `ablate.runner.execution.run_study` as `python -m ablate.run` does it:
   dataset built once in the driver, embedded Ray, Tune with `reuse_actors`,
   seeds packed per trial, results written to the Parquet store;
 - naive: Ray Tune, one seed per trial, `reuse_actors=False` (a fresh worker
@@ -48,7 +48,7 @@ DATA = {"n_val": 500, "n_test": 1000}  # test splits: 1,000 graphs each (referen
 
 def build(units: int, epochs: int, seeds_per_trial: int):
     """The benchmark study: len(ROWS) model rows x (units / len(ROWS)) seeds."""
-    from ablate.study import Study, StudySpec, expand
+    from ablate.runner.study import Study, StudySpec, expand
 
     n_seeds = -(-units // len(ROWS))
     spec = StudySpec(name="bench", fixed={"dataset": "colors", "epochs": epochs},
@@ -60,8 +60,8 @@ def build(units: int, epochs: int, seeds_per_trial: int):
 
 
 def run_runner(study, workdir: Path) -> dict:
-    from ablate.execution import run_study
-    from ablate.store import read_trials
+    from ablate.runner.execution import run_study
+    from ablate.runner.store import read_trials
 
     os.environ["ABLATE_CACHE"] = str(workdir / "cache-runner")  # built once, by the driver
     t0, t_wall0 = time.perf_counter(), time.time()
@@ -86,7 +86,7 @@ def _naive_trainable(config: dict) -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as cache:  # nothing cached: generate the dataset
         os.environ["ABLATE_CACHE"] = cache
-        from ablate.train import run_trial_full
+        from ablate.trial.graph import run_trial_full
 
         res = run_trial_full(config["cfg"])
     tune.report({"accuracy": res.records[0]["accuracy"], "compute_s": time.perf_counter() - t0})

@@ -19,7 +19,7 @@ import time
 import torch
 
 from ablate.config import TrialConfig
-from ablate.train import run_trial
+from ablate.trial.graph import run_trial
 
 COLORS_MODELS = {
     "ChebyGIN sup": dict(backbone="chebygin_ref", supervision="sup"),
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="fidelity.jsonl")
     ap.add_argument("--batched", action="store_true",
-                    help="train all seeds of a model as one trial (ablate/batched.py)")
+                    help="train all seeds of a model as one trial (ablate/trial/packed.py)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -47,7 +47,7 @@ def _init_worker() -> None:
 
 
 def _run(cfg_kwargs: dict) -> tuple[list[dict], list[dict]]:
-    from ablate.sdc import SDCConfig, run_sdc_trial_full
+    from ablate.trial.sdc import SDCConfig, run_sdc_trial_full
 
     res = run_sdc_trial_full(SDCConfig(**cfg_kwargs))
     for c in res.curves:  # identify curves by their trial's axes
@@ -193,7 +193,7 @@ def plots(records: list[dict], curves: list[dict], out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    from ablate.train import MASS_THRESHOLDS
+    from ablate.trial.graph import MASS_THRESHOLDS
 
     written = []
     tasks = [t for t in ("digits", *SYNTHETIC) if _select(records, task=t)]

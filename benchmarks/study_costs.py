@@ -15,7 +15,7 @@ import time
 import torch
 
 from ablate.config import TrialConfig, resolve
-from ablate.train import run_trial_full
+from ablate.trial.graph import run_trial_full
 
 ROWS = {
     "COLORS GIN unsup (init)": dict(dataset="colors", backbone="gin", supervision="unsup",

@@ -33,7 +33,7 @@ def _first_attempt(cfg, marker_dir: str) -> bool:
 
 
 def faulty_trial(cfg):
-    import ablate.train as train
+    import ablate.trial.graph as train
 
     extra = _extra(cfg)
     fault = extra.get("fault", "")
@@ -44,7 +44,7 @@ def faulty_trial(cfg):
         if fault.startswith("exit"):
             os._exit(3)
         if fault.startswith("nan"):  # every path's loss becomes NaN (sequential and batched)
-            import ablate.batched as batched
+            import ablate.trial.packed as batched
 
             original = train.task_loss
             poisoned = lambda out, y, reg: original(out, y, reg) * float("nan")  # noqa: E731
@@ -84,7 +84,7 @@ def held_trial(cfg):
     """
     import ray
 
-    import ablate.train as train
+    import ablate.trial.graph as train
 
     folder = Path(_extra(cfg)["marker_dir"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,8 +104,8 @@ def faulty_pack(cfgs):
     pack's first attempt; ``+nan_seed=S`` starts seed S of every pack from NaN parameters."""
     import math
 
-    import ablate.batched as batched
-    import ablate.train as train
+    import ablate.trial.graph as train
+    import ablate.trial.packed as batched
 
     extra = _extra(cfgs[0])
     if extra.get("fault") == "raise_once" and _first_attempt("pack", extra["marker_dir"]):

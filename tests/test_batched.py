@@ -1,4 +1,4 @@
-"""Seeds trained as one vmapped model (ablate/batched.py) match seeds trained one by one."""
+"""Seeds trained as one vmapped model (ablate/trial/packed.py) match seeds trained one by one."""
 
 import math
 from types import SimpleNamespace
@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate import batched
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
-from ablate.train import lr_at, run_seed, run_trial_full
+from ablate.trial import packed as batched
+from ablate.trial.graph import lr_at, run_seed, run_trial_full
 
 TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
 TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
@@ -125,7 +125,7 @@ def test_ineligible_configs_stay_sequential():
 def test_fixed_shape_step_equals_eager(kw):
     """step=replay (batches padded to the split's largest graph, device-side loss sums,
     in-place LR) trains the same parameters as the eager step, to float tolerance."""
-    from ablate.batching import TrainBatches
+    from ablate.trial.batches import TrainBatches
 
     cfg = resolve(tiny(batch_size=24, **kw))
     splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
@@ -151,7 +151,7 @@ def test_fixed_shape_step_equals_eager(kw):
 
 def test_lr_schedule_decays_at_the_listed_epoch_like_the_reference():
     """The reference steps MultiStepLR at the start of each epoch: epoch m already decays."""
-    from ablate.train import lr_at
+    from ablate.trial.graph import lr_at
 
     cfg = resolve(tiny(epochs=12, lr_decay_epochs=(4, 9)))
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
@@ -176,7 +176,7 @@ def test_pack_key_groups_only_stackable_differences():
 def test_pack_of_configurations_equals_separate_trials():
     """Trials differing in threshold, kl_weight and init of p, trained as one pack, give
     each trial's own records (same seeds, shuffling, init, hyperparameters)."""
-    from ablate.train import run_pack_full
+    from ablate.trial.graph import run_pack_full
 
     cfgs = [tiny(supervision="sup", seeds=(0, 1)),
             tiny(supervision="sup", seeds=(2,), threshold=0.1, kl_weight=10.0),
@@ -253,7 +253,7 @@ def test_replay_orchestration_with_a_stand_in_graph():
     for a CUDA graph that re-runs the recorded step on each replay (as a replay assigns fresh
     gradients, the stand-in clears them first): same parameters as the plain step, one capture
     per batch shape, the static index buffer refilled every step."""
-    from ablate.batching import TrainBatches
+    from ablate.trial.batches import TrainBatches
 
     cfg = resolve(tiny(batch_size=24, supervision="sup", epochs=3))
     splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)

@@ -25,9 +25,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from ablate.execution import gpus_per_trial, run_study, start_ray  # noqa: E402
-from ablate.store import FAILURES, Store, read_trials  # noqa: E402
-from ablate.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
+from ablate.runner.execution import gpus_per_trial, run_study, start_ray  # noqa: E402
+from ablate.runner.store import FAILURES, Store, read_trials  # noqa: E402
+from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

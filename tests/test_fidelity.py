@@ -17,8 +17,8 @@ from torch import nn
 
 from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve
 from ablate.models.network import GraphNet
-from ablate.study import build_study, list_studies
-from ablate.train import init_cosine, optimal_projection, pool_test_auc, weak_floor
+from ablate.runner.study import build_study, list_studies
+from ablate.trial.graph import init_cosine, optimal_projection, pool_test_auc, weak_floor
 
 TINY = {"n_train": 48, "n_val": 24, "n_test": 24, "n_max_large": 40}
 
@@ -62,7 +62,7 @@ def _model_identity(cfg) -> str:
 
 
 def _grid_studies() -> list[str]:
-    from ablate.search import is_search_study
+    from ablate.runner.search import is_search_study
 
     return sorted(s for s in list_studies() if not is_search_study(s))
 
@@ -90,9 +90,9 @@ def test_dropout_only_before_the_final_linear_layer():
 
 
 def test_weak_labels_use_the_raw_output_and_the_floor_only_on_tu():
-    from ablate.batching import collate
     from ablate.data import load_graphsets
-    from ablate.weak import leave_one_out_batch
+    from ablate.trial.batches import collate
+    from ablate.trial.weak import leave_one_out_batch
 
     splits = load_graphsets("digits_sp", n_train=30, n_val=10, n_test=10)
     cfg = resolve(TrialConfig(dataset="digits_sp", backbone="gin", pool_layers=()))
@@ -144,7 +144,7 @@ def test_fc_hidden_scorer_keeps_the_framework_init():
 
 
 def test_trials_end_to_end_record_pooled_auc():
-    from ablate.train import run_trial
+    from ablate.trial.graph import run_trial
 
     recs = run_trial(TrialConfig(dataset="colors", backbone="chebygin_ref", supervision="sup",
                                  epochs=1, data_params=TINY, device="cpu"))

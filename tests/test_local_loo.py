@@ -1,4 +1,4 @@
-"""Incremental leave-one-node-out (ablate.local_loo) against the dense N-copies path."""
+"""Incremental leave-one-node-out (ablate.trial.local_loo) against the dense N-copies path."""
 
 import itertools
 
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from ablate.batching import collate
 from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
-from ablate.local_loo import loo_outputs, supports_local_loo
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet
-from ablate.weak import leave_one_out_batch, leave_one_out_dense
+from ablate.trial.batches import collate
+from ablate.trial.local_loo import loo_outputs, supports_local_loo
+from ablate.trial.weak import leave_one_out_batch, leave_one_out_dense
 
 C_IN = 3
 

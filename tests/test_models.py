@@ -7,14 +7,14 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from ablate.batching import collate, eval_batches
 from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
-from ablate.metrics import attention_auc, focus_true
 from ablate.models.layers import Graph, GraphLayer, chebyshev_basis, propagation
 from ablate.models.network import GraphNet
 from ablate.models.pooling import AttentionPool, kl_attention_loss, topk_keep
-from ablate.weak import leave_one_out_batch, weak_attention
+from ablate.trial.batches import collate, eval_batches
+from ablate.trial.metrics import attention_auc, focus_true
+from ablate.trial.weak import leave_one_out_batch, weak_attention
 
 
 def random_graphs(G=6, n_lo=3, n_hi=9, C=4, seed=0) -> GraphSet:
@@ -154,7 +154,7 @@ def test_auc_matches_sklearn_over_pooled_nodes():
     """attn AUC pools every valid node of every graph: equal to sklearn on the flat arrays."""
     gs = random_graphs(G=12)
     model = net("gin", pool_layers=(1,))
-    from ablate.train import evaluate
+    from ablate.trial.graph import evaluate
 
     rec = evaluate(model, eval_batches(gs, 5), model.cfg)
     alphas, labels = [], []

@@ -22,7 +22,8 @@ from ablate.data import sdc as sdc_data
 from ablate.errors import ConfigError
 from ablate.models.focus import FocusClassify, attention_entropy
 from ablate.models.normalizers import sparsemax, spherical_softmax
-from ablate.sdc import (
+from ablate.trial.graph import MASS_THRESHOLDS
+from ablate.trial.sdc import (
     SDCConfig,
     attention_metrics,
     fit,
@@ -31,7 +32,6 @@ from ablate.sdc import (
     run_sdc_trial_full,
     run_seed,
 )
-from ablate.train import MASS_THRESHOLDS
 
 SMALL_DIGITS = (("n_test", 60), ("n_train", 120), ("n_val", 40))
 
@@ -286,10 +286,10 @@ def test_short_training_reaches_high_accuracy_with_low_focus() -> None:
 
 
 def test_study_file_expands(monkeypatch) -> None:
-    from ablate import study
+    from ablate.runner import study
 
     monkeypatch.setitem(study.TRIAL_KINDS, "sdc", study.TRIAL_KINDS.get("sdc") or study.TrialKind(
-        "ablate.sdc:SDCConfig", "ablate.sdc:run_sdc_trial_full", "ablate.sdc:resolve",
+        "ablate.trial.sdc:SDCConfig", "ablate.trial.sdc:run_sdc_trial_full", "ablate.trial.sdc:resolve",
         datasets=False))
     s, _ = study.build_study("sdc")
     cfgs = [t.config for t in s.trials]

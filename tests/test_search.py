@@ -1,4 +1,4 @@
-"""Optuna threshold search through Ray Tune (ablate.search): splits, resume after SIGKILL, optimum."""
+"""Optuna threshold search through Ray Tune (ablate.runner.search): splits, resume after SIGKILL, optimum."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _cache(tmp_path_factory, monkeypatch):
 
 def test_objective_sees_train_and_val_only():
     """The trainable's data: no test split is loaded, and every seed reports a val accuracy."""
-    from ablate.search import _search_splits, arm_config, build_space, load_search_spec, train_jointly
+    from ablate.runner.search import _search_splits, arm_config, build_space, load_search_spec, train_jointly
 
     spec = load_search_spec("threshold_search", [*TINY, "epochs=2", "arms=colors_chebygin_sup"])
     cfg = arm_config(spec, "colors_chebygin_sup", threshold=0.01)
@@ -45,7 +45,7 @@ def _optuna_trials(db: Path) -> int:
 
 def test_resume_after_sigkill(tmp_path):
     """Kill the driver once a trial is in SQLite; a rerun continues the same study to max_trials."""
-    from ablate.store import read_trials
+    from ablate.runner.store import read_trials
 
     cmd = [sys.executable, "-m", "ablate.run", "study=threshold_search", f"results_dir={tmp_path}",
            *TINY, "epochs=2", "arms=colors_chebygin_unsup", "max_trials=3", "n_trials=3",
@@ -95,7 +95,7 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.search import arm_config, build_space, load_search_spec
+    from ablate.runner.search import arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "arms=colors_chebygin_unsup"])
     space = build_space(spec.search, arm_config(spec, "colors_chebygin_unsup"))
@@ -122,7 +122,7 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     half-made database, and a leftover temp file is cleared by the next run."""
     import optuna
 
-    from ablate.search import _create_db
+    from ablate.runner.search import _create_db
 
     db = tmp_path / "optuna.db"
     (tmp_path / ".optuna.db.999.tmp").write_bytes(b"half-made")

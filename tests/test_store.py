@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ablate.store import Store, StoreError, atomic_write, read_curves, read_trials
+from ablate.runner.store import Store, StoreError, atomic_write, read_curves, read_trials
 
 
 def _rows(status="ok", seeds=(0, 1), splits=("val", "test_orig")):
@@ -166,7 +166,7 @@ def test_verify_lists_every_bad_trial_and_curves_file(tmp_path):
 
 
 def test_a_failed_trial_write_leaves_no_curves(tmp_path, monkeypatch):
-    import ablate.store as st
+    import ablate.runner.store as st
 
     store = Store(tmp_path, "s")
     real = st.atomic_write

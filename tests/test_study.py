@@ -9,7 +9,7 @@ import pytest
 from ablate.config import TrialConfig, resolve, trial_id
 from ablate.data import dataset_recipe_hash
 from ablate.errors import ConfigError
-from ablate.study import STUDIES_DIR, build_study, coerce, expand, list_studies, load_spec, trial_table
+from ablate.runner.study import STUDIES_DIR, build_study, coerce, expand, list_studies, load_spec, trial_table
 
 REQUIRED = {"init", "placement", "backbone", "threshold", "supervision", "normalizer", "paper",
             "mnist", "tu", "smoke"}

@@ -6,7 +6,7 @@ import pytest
 
 from ablate.config import TrialConfig, resolve
 from ablate.errors import ConfigError
-from ablate.train import run_trial, run_trial_full
+from ablate.trial.graph import run_trial, run_trial_full
 
 TINY = (("n_max_large", 40), ("n_test", 60), ("n_train", 80), ("n_val", 60))
 

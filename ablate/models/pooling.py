@@ -146,7 +146,7 @@ class AttentionPool(nn.Module):
         """`hyper` may hold 0-dim tensors `threshold` / `ratio` that replace the module's values.
 
         (A pack of configurations vmaps one model over members whose threshold, ratio and
-        kl_weight differ: `ablate.batched`.)
+        kl_weight differ: `ablate.trial.packed`.)
         """
         mask = graph.mask
         threshold = hyper["threshold"] if hyper else self.threshold

@@ -7,7 +7,7 @@ class, y being the raw output (logit) there as in the reference code
 of a graph run as one batch: copy (b, i) is graph
 b under a mask without node i, which is exactly the induced subgraph G - i.
 Global-pool models without pooling, K <= 2 and a sum/mean readout take the exact
-incremental path of `ablate.local_loo` instead (only rows near i are recomputed).
+incremental path of `ablate.trial.local_loo` instead (only rows near i are recomputed).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ablate.batching import DenseBatch, eval_batches
 from ablate.data.graphs import GraphSet
-from ablate.local_loo import loo_outputs, supports_local_loo
 from ablate.models.layers import Graph
+from ablate.trial.batches import DenseBatch, eval_batches
+from ablate.trial.local_loo import loo_outputs, supports_local_loo
 
 
 def _scores(out: Tensor, regression: bool, cls: Tensor | None,
@@ -41,7 +41,7 @@ def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = 16_000_00
                         target: str = "logit") -> Tensor:
     """|y(G - i) - y(G)| for every node i of every graph, batched. (B, N) -> (B, N), 0 on padding.
 
-    Uses the incremental `ablate.local_loo` when `supports_local_loo(model)`, else the dense
+    Uses the incremental `ablate.trial.local_loo` when `supports_local_loo(model)`, else the dense
     path (`leave_one_out_dense`, whose chunks hold at most `chunk_entries` adjacency entries).
     """
     if supports_local_loo(model):
@@ -50,7 +50,7 @@ def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = 16_000_00
 
 
 def leave_one_out_local(model, batch: DenseBatch, target: str = "logit") -> Tensor:
-    """`leave_one_out_batch` by incremental recomputation (`ablate.local_loo`). (B, N) -> (B, N)."""
+    """`leave_one_out_batch` by incremental recomputation (`ablate.trial.local_loo`). (B, N) -> (B, N)."""
     B, N = batch.mask.shape
     regression = getattr(model, "regression", True)
     out, loo = loo_outputs(model, batch)  # (B, O), (B, N, O)

@@ -8,7 +8,7 @@ then, per arm:
 
 1. runs Ray Tune with ``OptunaSearch`` (TPE, seeded) over the space; one Tune
    trial trains every member of one configuration jointly, epoch by epoch
-   (``ablate.train.fit`` with its ``on_epoch`` callback), and reports the
+   (``ablate.trial.graph.fit`` with its ``on_epoch`` callback), and reports the
    objective after each epoch. A member is one search seed on the val split, or,
    with ``cv_folds: k``, one (fold, seed) of k-fold cross-validation over the
    train + val graphs (`cv_splits`; the reference's TU protocol). The objective
@@ -91,7 +91,7 @@ class SearchSpec:
 
 
 def _study_path(name: str) -> Path:
-    from ablate.study import STUDIES_DIR
+    from ablate.runner.study import STUDIES_DIR
 
     return Path(STUDIES_DIR) / f"{name}.yaml"
 
@@ -120,7 +120,7 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
 
     import yaml
 
-    from ablate.study import _config_fields, _seed_list
+    from ablate.runner.study import _config_fields, _seed_list
 
     raw = _read(name)
     raw.pop("kind", None)
@@ -202,7 +202,7 @@ def _check_protocol(spec: SearchSpec) -> None:
 
 def arm_config(spec: SearchSpec, arm: str, **params: Any):
     """The resolved TrialConfig of `arm` with the given searched values and the search seeds."""
-    from ablate.study import make_config, resolve_config
+    from ablate.runner.study import make_config, resolve_config
 
     axes = {**{"data." + k: v for k, v in spec.data.items()}, **spec.fixed, **spec.arms[arm],
             **params, "study": spec.name, "seeds": params.pop("seeds", spec.seeds)}
@@ -313,7 +313,7 @@ def train_jointly(cfg, splits: dict | list[dict],
 
     `splits` is one {train, val} dict, or a list of them (cross-validation folds):
     then every (fold, seed) is a member, fold-major, and `val_accs` has one entry
-    per member. Each member runs ``ablate.train.fit`` in its own thread; its
+    per member. Each member runs ``ablate.trial.graph.fit`` in its own thread; its
     ``on_epoch`` callback evaluates its val batches and hands control back, so
     exactly one member computes at a time (the trial's CPU budget) and all
     members finish epoch e before `report` sees it. If `report` raises (Tune
@@ -321,9 +321,9 @@ def train_jointly(cfg, splits: dict | list[dict],
     """
     import torch
 
-    from ablate.batching import TrainBatches, eval_batches
     from ablate.models.network import GraphNet
-    from ablate.train import evaluate, fit, pick_device
+    from ablate.trial.batches import TrainBatches, eval_batches
+    from ablate.trial.graph import evaluate, fit, pick_device
 
     device = pick_device(cfg.device)
     folds = splits if isinstance(splits, list) else [splits]
@@ -343,7 +343,7 @@ def train_jointly(cfg, splits: dict | list[dict],
             val = eval_batches(split["val"], cfg.test_batch_size, device)
             train = TrainBatches(split["train"], device)
             if cfg.supervision == "weak":
-                from ablate.train import _weak_targets
+                from ablate.trial.graph import _weak_targets
 
                 _weak_targets(cfg, {**split}, train, seed, device, in_ch, out_ch)
             torch.manual_seed(seed)
@@ -580,7 +580,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
 
     from ablate.config import trial_id
     from ablate.data import dataset_recipe_hash
-    from ablate.train import run_trial_full
+    from ablate.trial.graph import run_trial_full
 
     jobs = final_jobs(spec, arm, best)
     done = store.completed()
@@ -650,8 +650,8 @@ def summary(spec: SearchSpec, store) -> str:
 def main(name: str, argv: list[str]) -> int:
     """CLI entry for ``kind: search`` studies (called by ablate.run)."""
     from ablate.data import load_graphsets
-    from ablate.execution import start_ray
-    from ablate.store import Store
+    from ablate.runner.execution import start_ray
+    from ablate.runner.store import Store
 
     spec = load_search_spec(name, [a for a in argv if "=" in a])
     for arm in spec.arms:  # validate every arm, space and final row before Ray starts

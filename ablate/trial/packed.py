@@ -54,13 +54,13 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 
-from ablate.batching import DenseBatch, TrainBatches, collate, eval_batches
 from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet, NetOutput
 from ablate.models.pooling import PoolResult
-from ablate.train import (
+from ablate.trial.batches import DenseBatch, TrainBatches, collate, eval_batches
+from ablate.trial.graph import (
     _peak_rss_mb,
     evaluate,
     init_cosine,

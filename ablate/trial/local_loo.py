@@ -19,7 +19,7 @@ layer l keep their operator row, so they are z_full + sum over neighbours at dis
 P[j, m] (Y_new[m] - Y_full[m]). The readout (sum or mean) and the linear head are applied
 as full sum - h_i - old rows of S_L + new rows, projected on the head first.
 Graphs are processed in chunks to bound memory; no Python loop per node or graph.
-Results equal the dense path (`ablate.weak.leave_one_out_dense`) up to float rounding.
+Results equal the dense path (`ablate.trial.weak.leave_one_out_dense`) up to float rounding.
 The adjacency must be symmetric (as everywhere in the package).
 """
 
@@ -30,9 +30,9 @@ import warnings
 import torch
 from torch import Tensor
 
-from ablate.batching import DenseBatch
 from ablate.models.layers import GraphLayer
 from ablate.models.network import GraphNet
+from ablate.trial.batches import DenseBatch
 
 _FAR = 127  # distance code for "not reached" (int8 table)
 

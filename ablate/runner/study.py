@@ -88,10 +88,10 @@ class TrialKind:
 
 # One line per trial kind; the runner imports these paths in the driver and the workers.
 TRIAL_KINDS: dict[str, TrialKind] = {
-    "graph": TrialKind("ablate.config:TrialConfig", "ablate.train:run_trial_full",
-                       "ablate.config:resolve", pack="ablate.train:run_pack_full"),
-    "sdc": TrialKind("ablate.sdc:SDCConfig", "ablate.sdc:run_sdc_trial_full", "ablate.sdc:resolve",
-                     datasets=False),
+    "graph": TrialKind("ablate.config:TrialConfig", "ablate.trial.graph:run_trial_full",
+                       "ablate.config:resolve", pack="ablate.trial.graph:run_pack_full"),
+    "sdc": TrialKind("ablate.trial.sdc:SDCConfig", "ablate.trial.sdc:run_sdc_trial_full",
+                     "ablate.trial.sdc:resolve", datasets=False),
 }
 
 

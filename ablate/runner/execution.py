@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ablate.errors import ConfigError
-from ablate.packing import Pack, make_packs, pack_seeds
-from ablate.study import TRIAL_KINDS, Study, Trial, load_attr
+from ablate.runner.packing import Pack, make_packs, pack_seeds
+from ablate.runner.study import TRIAL_KINDS, Study, Trial, load_attr
 
 if TYPE_CHECKING:
-    from ablate.store import Store
+    from ablate.runner.store import Store
 
 # Quiet Ray/Tune console (DESIGN.md "measured facts"); set before ray is imported.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -159,7 +159,7 @@ _DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
 
 def _retryable(e: BaseException) -> bool:
     """Worker deaths, out-of-memory and other runtime faults may pass; config errors never."""
-    from ablate.train import DeviceError
+    from ablate.trial.graph import DeviceError
 
     return not isinstance(e, _DETERMINISTIC + (DeviceError,))
 
@@ -433,7 +433,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
               ray_address: str | None = None, progress: str = "auto",
               stream: TextIO | None = None) -> Summary:
     """Run every trial of `study` not yet complete in the store; see the module docstring."""
-    from ablate.store import FAILURES, Store, StoreError
+    from ablate.runner.store import FAILURES, Store, StoreError
 
     t_start = time.time()
     stream = stream or sys.stderr
@@ -663,7 +663,7 @@ def _tune_callback_base():
 class _StoreCallback(_tune_callback_base()):
     """Driver-side: write each reported attempt to the store, record failures, drive progress.
 
-    A Tune trial runs a pack (`ablate.packing`): every member trial's rows go to its own
+    A Tune trial runs a pack (`ablate.runner.packing`): every member trial's rows go to its own
     file, tagged with the pack's id.
     """
 
@@ -754,7 +754,7 @@ class _StoreCallback(_tune_callback_base()):
     def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict,
                pack_id: str) -> int | None:
         """Store one attempt's rows; its attempt number, or None if the write failed."""
-        from ablate.store import now_iso
+        from ablate.runner.store import now_iso
 
         if self.storage_error:
             return None

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ablate import metrics
 from ablate.data.cache import recipe_hash
 from ablate.data.sdc import SPLITS, TASKS, Mosaics, SDCData, load_sdc, resolve_params
 from ablate.errors import ConfigError, choice_error
 from ablate.models.focus import AVERAGE_AT, FOCUS_NORMALIZERS, FocusClassify
-from ablate.train import MASS_THRESHOLDS, TrialResult, pick_device
+from ablate.trial import metrics
+from ablate.trial.graph import MASS_THRESHOLDS, TrialResult, pick_device
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -263,7 +263,7 @@ def fit(model: FocusClassify, cfg: SDCConfig, train: Mosaics, seed: int, device:
     Only `train.x` and `train.y` are used: the foreground index is not an argument.
     """
     t0 = time.perf_counter()
-    # the fused kernel is faster per step on CPU for these tiny models (as in ablate.train)
+    # the fused kernel is faster per step on CPU for these tiny models (as in ablate.trial.graph)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                            fused=device.type in ("cpu", "cuda"))
     gen = torch.Generator().manual_seed(seed)
@@ -321,7 +321,7 @@ def run_seed(cfg: SDCConfig, data: SDCData, seed: int, device: torch.device) -> 
 
 
 def _provenance(cfg: SDCConfig) -> dict:
-    from ablate.train import _git_sha
+    from ablate.trial.graph import _git_sha
 
     return {"dataset_hash": data_hash(cfg), "torch_version": torch.__version__,
             "host": os.uname().nodename, "git_sha": _git_sha()}

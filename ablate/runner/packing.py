@@ -3,7 +3,7 @@
 A trial keeps its meaning (one resolved config and its seed chunk, one trial id,
 one Parquet file). On a GPU one trial's seeds are far too few to fill the device,
 so the runner groups trials whose configs differ only in values that stack per
-member (`ablate.batched.PACKABLE`: seeds, init of p, threshold, ratio, kl_weight)
+member (`ablate.trial.packed.PACKABLE`: seeds, init of p, threshold, ratio, kl_weight)
 and that use the same dataset recipe into packs of up to `pack_size` seeds. A
 pack runs as one Ray trial through its kind's `pack` function; the driver still
 writes one file per trial, each row tagged with its `pack_id`.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ablate.study import TRIAL_KINDS, Trial
+from ablate.runner.study import TRIAL_KINDS, Trial
 
 GPU_PACK_SEEDS = 64  # pack_size=auto on a GPU: where packed step times flatten (DESIGN.md)
 
@@ -43,7 +43,7 @@ def _key(t: Trial) -> tuple | None:
     """What trials must share to be packed, or None if `t` trains alone."""
     if TRIAL_KINDS[t.kind].pack is None:
         return None
-    from ablate.batched import eligible, pack_key
+    from ablate.trial.packed import eligible, pack_key
 
     return (t.kind, t.data_hash, pack_key(t.config)) if eligible(t.config) else None
 
