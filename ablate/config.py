@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from ablate.errors import ConfigError, choice_error
+from ablate.models.normalizers import NORMALIZERS
 
 # chebygin_ref: ChebyGIN as the dataset's reference script runs it (COLORS, MNIST-75SP: mean
 # aggregation, no hidden MLP; TRIANGLES: sum, hidden 64), the recipe behind the papers' rows
@@ -25,7 +26,6 @@ READOUTS = ("sum", "mean", "max")
 SCORERS = ("fc", "fc_hidden", "gnn")
 SCORER_INPUTS = ("prev", "curr")
 SELECTIONS = ("threshold", "topk", "gao")  # gao = Gao & Ji top-k (PyG TopKPooling, tanh gate)
-NORMALIZERS = ("softmax", "sparsemax", "spherical")
 SUPERVISIONS = ("unsup", "sup", "weak", "gt")
 INIT_DISTS = ("default", "normal", "uniform")
 DEVICES = ("auto", "cpu", "cuda")

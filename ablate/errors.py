@@ -9,3 +9,11 @@ def choice_error(what: str, value, choices) -> ConfigError:
     """`ConfigError` for a value outside a fixed set, naming the valid choices."""
     valid = ", ".join(str(c) for c in choices)
     return ConfigError(f"unknown {what} {value!r}; valid choices: {valid}")
+
+
+class NaNLoss(RuntimeError):
+    """Training produced a non-finite loss (the seed is recorded with status 'nan')."""
+
+
+class DeviceError(RuntimeError):
+    """The config asks for a device this process cannot use."""

@@ -22,7 +22,10 @@ from ablate.config import TrialConfig, resolve
 from ablate.data import colors, load_graphsets, triangles
 from ablate.models.network import GraphNet
 from ablate.trial.batches import TrainBatches, eval_batches
-from ablate.trial.graph import _tune_allocator, evaluate, fit, run_trial_full
+from ablate.trial.evaluate import evaluate
+from ablate.trial.fit import fit
+from ablate.trial.graph import run_trial_full
+from ablate.trial.setup import tune_allocator
 from ablate.trial.weak import leave_one_out_attention
 
 _CPU: dict[int, list[float]] = {}  # id(wall list) -> CPU seconds of the same runs
@@ -60,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    _tune_allocator()
+    tune_allocator()
     skip = set(args.skip.split(","))
     rows: list[tuple[str, list[float], str]] = []
     dev = torch.device("cpu")

@@ -34,7 +34,9 @@ from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
 from ablate.trial import packed as batched
 from ablate.trial.batches import TrainBatches
-from ablate.trial.graph import _tune_allocator, run_trial_full
+from ablate.trial.graph import run_trial_full
+from ablate.trial.pack_step import WARMUP_STEPS
+from ablate.trial.setup import tune_allocator
 
 
 def _sync(device: torch.device) -> None:
@@ -62,7 +64,7 @@ def step_times(dataset: str, S: int, step: str, device: torch.device, steps: int
             j = (offset + i) % n_batches
             ps.run(perms[:, j * B:(j + 1) * B])
 
-    run(batched.WARMUP_STEPS + 3, 0)  # warm-up, graph capture
+    run(WARMUP_STEPS + 3, 0)  # warm-up, graph capture
     _sync(device)
     out = []
     for r in range(repeats):
@@ -94,7 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    _tune_allocator()
+    tune_allocator()
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
     sizes = [int(s) for s in (args.seeds or ("1,8,32,64,128" if cuda else "1,8")).split(",")]

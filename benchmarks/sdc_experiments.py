@@ -193,7 +193,7 @@ def plots(records: list[dict], curves: list[dict], out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    from ablate.trial.graph import MASS_THRESHOLDS
+    from ablate.trial.metrics import MASS_THRESHOLDS
 
     written = []
     tasks = [t for t in ("digits", *SYNTHETIC) if _select(records, task=t)]

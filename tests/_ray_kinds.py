@@ -44,15 +44,16 @@ def faulty_trial(cfg):
         if fault.startswith("exit"):
             os._exit(3)
         if fault.startswith("nan"):  # every path's loss becomes NaN (sequential and batched)
-            import ablate.trial.packed as batched
+            import ablate.trial.fit as fit
+            import ablate.trial.pack_step as pack_step
 
-            original = train.task_loss
+            original = fit.task_loss
             poisoned = lambda out, y, reg: original(out, y, reg) * float("nan")  # noqa: E731
-            train.task_loss = batched.task_loss = poisoned
+            fit.task_loss = pack_step.task_loss = poisoned
             try:
                 return train.run_trial_full(cfg)
             finally:
-                train.task_loss = batched.task_loss = original
+                fit.task_loss = pack_step.task_loss = original
     return train.run_trial_full(cfg)
 
 

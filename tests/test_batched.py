@@ -9,7 +9,9 @@ import torch
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
 from ablate.trial import packed as batched
-from ablate.trial.graph import lr_at, run_seed, run_trial_full
+from ablate.trial import pack_step
+from ablate.trial.fit import lr_at
+from ablate.trial.graph import run_seed, run_trial_full
 
 TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
 TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
@@ -151,7 +153,7 @@ def test_fixed_shape_step_equals_eager(kw):
 
 def test_lr_schedule_decays_at_the_listed_epoch_like_the_reference():
     """The reference steps MultiStepLR at the start of each epoch: epoch m already decays."""
-    from ablate.trial.graph import lr_at
+    from ablate.trial.fit import lr_at
 
     cfg = resolve(tiny(epochs=12, lr_decay_epochs=(4, 9)))
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
@@ -291,7 +293,7 @@ def test_replay_orchestration_with_a_stand_in_graph():
         torch.testing.assert_close(graphed[k], plain[k], rtol=1e-5, atol=1e-6)
     steps = cfg.epochs * -(-len(train) // cfg.batch_size)  # 3 epochs x (2 full + 1 partial)
     assert len(captures) == 2  # one graph per batch shape (full, last partial)
-    assert len(replays) == steps - 2 * batched.WARMUP_STEPS
+    assert len(replays) == steps - 2 * pack_step.WARMUP_STEPS
 
 
 def test_a_pack_that_runs_out_of_memory_is_split_in_halves(monkeypatch):

@@ -18,7 +18,9 @@ from torch import nn
 from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve
 from ablate.models.network import GraphNet
 from ablate.runner.study import build_study, list_studies
-from ablate.trial.graph import init_cosine, optimal_projection, pool_test_auc, weak_floor
+from ablate.trial.evaluate import pool_test_auc
+from ablate.trial.setup import init_cosine, optimal_projection
+from ablate.trial.weak import weak_floor
 
 TINY = {"n_train": 48, "n_val": 24, "n_test": 24, "n_max_large": 40}
 

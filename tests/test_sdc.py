@@ -22,7 +22,7 @@ from ablate.data import sdc as sdc_data
 from ablate.errors import ConfigError
 from ablate.models.focus import FocusClassify, attention_entropy
 from ablate.models.normalizers import sparsemax, spherical_softmax
-from ablate.trial.graph import MASS_THRESHOLDS
+from ablate.trial.metrics import MASS_THRESHOLDS
 from ablate.trial.sdc import (
     SDCConfig,
     attention_metrics,

@@ -88,15 +88,10 @@ def stacked_operator(A: Tensor, m: Tensor, K: int, sum_aggregation: bool) -> Ten
         L, deg = propagation(A, m, self_loops=True)
         return (L * deg.unsqueeze(-1) if sum_aggregation else L)
     L, deg = propagation(A, m, self_loops=False)
-    prev, cur = torch.diag_embed(m), L  # T_0(L) = I on present nodes, T_1(L) = L
-    higher = [L]
-    for _ in range(2, K):
-        prev, cur = cur, 2 * torch.bmm(L, cur) - prev  # T_k(L) = 2 L T_(k-1) - T_(k-2)
-        higher.append(cur)
+    eye, *higher = chebyshev_basis(L, torch.diag_embed(m), K)  # T_k(L); T_0 = I on present nodes
     if sum_aggregation:
         higher = [t * deg.unsqueeze(-1) for t in higher]  # orders >= 1 times degree
-    terms = [torch.diag_embed(m), *higher]
-    return torch.cat(terms, dim=-1)
+    return torch.cat([eye, *higher], dim=-1)
 
 
 class GraphLayer(nn.Module):

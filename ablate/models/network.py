@@ -11,13 +11,16 @@ pooling layer did, for the KL term and the attention metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from ablate.config import TrialConfig
 from ablate.models.layers import Graph, GraphLayer
 from ablate.models.pooling import AttentionPool, GaoTopKPool, PoolResult
+
+if TYPE_CHECKING:  # models take the config they are given; they do not import the config layer
+    from ablate.config import TrialConfig
 
 
 @dataclass

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+MASS_THRESHOLDS = tuple(round(t, 2) for t in np.linspace(0.05, 0.95, 19))  # GT-mass curve points
+
 
 def _np(a) -> np.ndarray:
     return a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)

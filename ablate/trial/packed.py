@@ -7,7 +7,7 @@ little more than one. A *member* is one seed of one resolved configuration; the
 members of a pack share every shape and differ only in values that stack
 (`PACKABLE`): the seed, the initialisation of p (`init_dist`, `init_scale`) and
 the per-member tensors `threshold`, `ratio`, `kl_weight` fed to the forward.
-Each member keeps everything `train.run_seed` gives it:
+Each member keeps everything `ablate.trial.graph.run_seed` gives it:
 
 - its initialisation (`torch.manual_seed(seed); GraphNet(cfg, ...)`, so `cos_p_init`
   is unchanged), stacked with `torch.func.stack_module_state`;
@@ -31,57 +31,41 @@ Padding is masked, so both give the records of `run_seed` up to float rounding
 (`tests/test_batched.py`). A member whose epoch loss is not finite is recorded as
 `status="nan"`; the others go on. Validation curves and the final evaluation run one
 `vmap`-ed forward for all members over the shared evaluation batches, bring each
-batch's outputs to the host once, and summarise each member with `train.summarize`.
+batch's outputs to the host once, and summarise each member with `ablate.trial.evaluate.summarize`.
 On CUDA a pack that does not fit in memory is split in halves and run in turn.
 
-Not packed (`train.run_seed` trains seed by seed): weak supervision (model B first),
+Not packed (`ablate.trial.graph.run_seed` trains seed by seed): weak supervision (model B first),
 Gao & Ji selection (PyG TopKPooling has data-dependent shapes), dropout (per-member
 random masks could not reproduce the sequential RNG stream).
 """
 
 from __future__ import annotations
 
-import copy
 import gc
-import hashlib
-import json
 import math
 import time
-from dataclasses import dataclass
 
-import numpy as np
 import torch
-from torch import Tensor
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import functional_call, vmap
 
 from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.models.layers import Graph
-from ablate.models.network import GraphNet, NetOutput
+from ablate.models.network import NetOutput
 from ablate.models.pooling import PoolResult
-from ablate.trial.batches import DenseBatch, TrainBatches, collate, eval_batches
-from ablate.trial.graph import (
-    _peak_rss_mb,
-    evaluate,
-    init_cosine,
-    lr_at,
-    pool_test_auc,
-    summarize,
-    task_loss,
-)
+from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
+from ablate.trial.evaluate import evaluate, pool_test_auc, summarize
+from ablate.trial.fit import lr_at
+from ablate.trial.kind import stable_hash
+from ablate.trial.members import STACKED, Member, MemberStack
+from ablate.trial.pack_step import PackStep
+from ablate.trial.provenance import peak_rss_mb
+from ablate.trial.setup import init_cosine, model_sizes, shuffler
 
 EVAL_ENTRIES = 50_000_000  # feature entries (members x graphs x nodes x channels) per vmapped eval
-STACKED = ("threshold", "ratio", "kl_weight")  # per-member values fed to the forward as tensors
+
+
 PACKABLE = ("seeds", "init_dist", "init_scale", *STACKED)  # axes members of one pack may differ in
-WARMUP_STEPS = 2  # eager steps of a batch shape (on a side stream) before its CUDA graph is captured
-
-
-@dataclass(frozen=True)
-class Member:
-    """One seed of one resolved configuration."""
-
-    cfg: TrialConfig
-    seed: int
 
 
 def eligible(cfg: TrialConfig) -> bool:
@@ -95,183 +79,12 @@ def pack_key(cfg: TrialConfig) -> str:
     a = axes(cfg)
     for k in (*PACKABLE, "study"):
         a.pop(k, None)
-    return hashlib.sha256(json.dumps(a, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return stable_hash(a)
 
 
 def replays(cfg: TrialConfig, device: torch.device) -> bool:
     """Whether the fixed-shape step is used: step=replay, or step=auto on CUDA."""
     return cfg.step == "replay" or (cfg.step == "auto" and device.type == "cuda")
-
-
-def _gather(train: TrainBatches, idx: Tensor, static: bool) -> DenseBatch:
-    """Graphs idx (S, B) of every member: (S, B, ...), padded to the split's (static) or the
-    batch's largest graph."""
-    S, B = idx.shape
-    flat = idx.reshape(-1)
-    if train.dense is not None:
-        d = train.dense
-        if static:
-            b = DenseBatch(d.x[flat], d.A[flat], d.mask[flat], d.gt[flat], d.y[flat],
-                           d.n_nodes[flat])
-        else:
-            n = int(d.n_nodes[flat].max())  # a host sync: the eager path only
-            b = DenseBatch(d.x[:, :n][flat], d.A[:, :n, :n][flat], d.mask[:, :n][flat],
-                           d.gt[:, :n][flat], d.y[flat], d.n_nodes[flat])
-    else:
-        ids = flat.cpu().numpy()
-        n = int(train.gs.num_nodes.max() if static else train.gs.num_nodes[ids].max())
-        b = collate(train.gs, ids, n_max=n).to(train.device)
-    return DenseBatch(*(t.reshape(S, B, *t.shape[1:]) for t in
-                        (b.x, b.A, b.mask, b.gt, b.y, b.n_nodes)))
-
-
-class MemberStack:
-    """S members as stacked parameters and hyperparameters, with a template `GraphNet`.
-
-    Args:
-        members: resolved configs sharing a `pack_key`, one seed each, in order.
-        in_ch, out_ch: model sizes; device: where the stack lives.
-    """
-
-    def __init__(self, members: list[Member], in_ch: int, out_ch: int, device: torch.device):
-        self.members = list(members)
-        models = []
-        for m in self.members:
-            torch.manual_seed(m.seed)
-            models.append(GraphNet(m.cfg, in_ch, out_ch).to(device))
-        self.models = models  # one materialised model per member (leave-one-out evaluation)
-        self.base = copy.deepcopy(models[0])  # template for functional_call
-        params, _ = stack_module_state(models)  # GraphNet has no buffers
-        self.params = {k: v.detach() for k, v in params.items()}  # (S, ...) each
-        self.hyper = {k: torch.tensor([float(getattr(m.cfg, k)) for m in self.members],
-                                      device=device) for k in STACKED}  # (S,) each
-        self.regression = models[0].regression
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def materialise(self, i: int) -> GraphNet:
-        """Member i's `GraphNet` holding its current parameters."""
-        m = self.models[i]
-        with torch.no_grad():
-            for k, p in m.named_parameters():
-                p.copy_(self.params[k][i])
-        return m
-
-
-def _trainable(stack: MemberStack, train: TrainBatches, cfg: TrialConfig) -> list[str]:
-    """Names of the parameters that get a gradient in the sequential path.
-
-    Parameters unused by the loss (the scorer under gt supervision) get no gradient
-    there, so Adam neither decays nor moves them; they stay fixed here too.
-    """
-    m = copy.deepcopy(stack.models[0]).train()
-    n = min(len(train), cfg.batch_size)
-    b = train.dense.index(torch.arange(n, device=train.device)) if train.dense is not None \
-        else collate(train.gs, np.arange(n)).to(train.device)
-    o = m(b.x, Graph(b.A, b.mask), b.gt if cfg.supervision != "unsup" else None)
-    loss = task_loss(o.out, b.y, m.regression) + o.reg
-    loss.backward()
-    return [k for k, p in m.named_parameters() if p.grad is not None]
-
-
-class PackStep:
-    """One optimisation step of every member: gather, vmapped losses, backward, Adam.
-
-    `run(idx)` trains on graphs idx (S, B) (a device tensor); the per-member sums of
-    loss x batch size accumulate in `total` (S,) on the device. With `replay` on CUDA
-    each batch shape is captured once as a CUDA graph after `WARMUP_STEPS` eager steps
-    and replayed from then on (static inputs: the index buffer; parameters, Adam state,
-    LR and `total` are updated in place by the graph).
-    """
-
-    def __init__(self, stack: MemberStack, train: TrainBatches, cfg: TrialConfig,
-                 device: torch.device, replay: bool):
-        self.stack, self.train, self.cfg = stack, train, cfg
-        self.static = replay
-        self.graphs_on = replay and device.type == "cuda" and train.dense is not None
-        names = _trainable(stack, train, cfg)
-        self.train_p = {k: stack.params[k].requires_grad_() for k in names}
-        self.fixed_p = {k: v for k, v in stack.params.items() if k not in self.train_p}
-        cuda = device.type == "cuda"
-        # a device LR (changed in place by the schedule) and capturable state on CUDA
-        lr = torch.tensor(cfg.lr, device=device) if cuda else cfg.lr
-        kw = dict(capturable=True, foreach=True) if cuda else dict(fused=True)
-        self.opt = torch.optim.Adam(list(self.train_p.values()), lr=lr, betas=(0.5, 0.999),
-                                    weight_decay=cfg.weight_decay, **kw)
-        self.total = torch.zeros(len(stack), device=device)
-        self._loss = _loss_fn(stack, cfg)
-        self._graphs: dict[int, tuple] = {}  # batch size -> (replay, static index buffer)
-        self._eager_runs: dict[int, int] = {}
-
-    def set_lr(self, lr: float) -> None:
-        for g in self.opt.param_groups:
-            if isinstance(g["lr"], Tensor):
-                g["lr"].fill_(lr)
-            else:
-                g["lr"] = lr
-
-    def _body(self, idx: Tensor) -> None:
-        b = _gather(self.train, idx, self.static)
-        loss = self._loss(self.train_p, self.fixed_p, self.stack.hyper,
-                          b.x, b.A, b.mask, b.gt, b.y)  # (S,)
-        loss.sum().backward()  # members share no parameters: each gets its own gradient
-        self.opt.step()
-        self.total.add_(loss.detach() * idx.shape[1])
-
-    def run(self, idx: Tensor) -> None:
-        if not self.graphs_on:
-            self.opt.zero_grad(set_to_none=True)
-            self._body(idx)
-            return
-        B = idx.shape[1]
-        graph = self._graphs.get(B)
-        if graph is None:
-            if self._eager_runs.get(B, 0) < WARMUP_STEPS:
-                self._eager_runs[B] = self._eager_runs.get(B, 0) + 1
-                self._warm(lambda: self._body(idx))
-                return
-            static_idx = idx.clone()
-            self.opt.zero_grad(set_to_none=True)  # gradients are allocated by the graph
-            replay = self._capture(lambda: self._body(static_idx))
-            graph = self._graphs[B] = (replay, static_idx)  # captured, not yet run: below
-        graph[1].copy_(idx)
-        graph[0]()
-
-    def _warm(self, step) -> None:
-        """One eager step on a side stream (what CUDA graph capture needs before it)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.opt.zero_grad(set_to_none=True)
-            step()
-        torch.cuda.current_stream().wait_stream(side)
-
-    def _capture(self, step):
-        """Record `step` as a CUDA graph; returns its replay (each replay assigns fresh
-        gradients, steps Adam, adds to `total`: the step, without Python or host syncs)."""
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
-        return g.replay
-
-    def release(self) -> None:
-        self._graphs.clear()
-        for p in self.train_p.values():
-            p.grad = None
-            p.requires_grad_(False)
-
-
-def _loss_fn(stack: MemberStack, cfg: TrialConfig):
-    """vmap of each member's loss over stacked params, hyperparameters and batches: (S,)."""
-    base, regression, use_gt = stack.base, stack.regression, cfg.supervision != "unsup"
-
-    def loss_fn(train_p: dict, fixed_p: dict, hyper: dict, x, A, mask, gt, y):
-        o = functional_call(base, {**train_p, **fixed_p},
-                            (x, Graph(A, mask), gt if use_gt else None), {"hyper": hyper})
-        return task_loss(o.out, y, regression) + o.reg
-
-    return vmap(loss_fn)
 
 
 def _host_batch(b: DenseBatch) -> DenseBatch:
@@ -318,7 +131,7 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
 
 def evaluate_members(stack: MemberStack, alive: list[int], batches, cfg: TrialConfig,
                      loo: bool = False) -> list[dict]:
-    """`train.evaluate` records of the members `alive` (indices into the stack) on `batches`."""
+    """`evaluate` records of the members `alive` (indices into the stack) on `batches`."""
     if loo:  # leave-one-out attention needs the model itself: materialise each member
         return [evaluate(stack.materialise(i), batches, stack.members[i].cfg, loo=True)
                 for i in alive]
@@ -358,7 +171,7 @@ def fit_members(stack: MemberStack, train: TrainBatches, cfg: TrialConfig, devic
     """
     members, S = stack.members, len(stack)
     step = PackStep(stack, train, cfg, device, replay)
-    gens = [torch.Generator().manual_seed(m.seed) for m in members]
+    gens = [shuffler(m.seed) for m in members]
     failed: dict[int, str] = {}  # stack index -> error
     curves: list[list[dict]] = [[] for _ in members]
     G = len(train)
@@ -389,9 +202,7 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
                  device: torch.device) -> list[Outcome]:
     cfg = members[0].cfg  # shapes, recipe and schedule: equal across the pack
     S = len(members)
-    in_ch = splits["train"].num_features
-    regression = cfg.task == "regression"
-    out_ch = 1 if regression else int(max(int(g.y.max()) for g in splits.values()) + 1)
+    in_ch, out_ch = model_sizes(cfg, splits)
     train = TrainBatches(splits["train"], device)
     stack = MemberStack(members, in_ch, out_ch, device)
     cos_p = [init_cosine(m, cfg.dataset, in_ch) for m in stack.models]
@@ -420,7 +231,7 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     for i in range(S):
         pool_test_auc(records[i], cfg.dataset)
         for r in records[i]:
-            r["peak_rss_mb"] = _peak_rss_mb()
+            r["peak_rss_mb"] = peak_rss_mb()
         out.append(failed[i] if i in failed else (records[i], curves[i]))
     return out
 
