@@ -31,6 +31,9 @@ INIT_DISTS = ("default", "normal", "uniform")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("auto", "replay", "eager")  # how a packed training step runs (ablate/trial/packed.py)
 EXECUTION_FIELDS = ("study", "device", "step")  # not part of a trial's identity
+# Axes added after results were stored, with the value that reproduces what ran before:
+# left out of the trial id at that value, so existing results keep their ids.
+ADDED_AXES = {"scorer_relu": False}
 TU_DATASETS = ("proteins", "dd", "collab")
 WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (ablate/trial/weak.py)
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
@@ -53,6 +56,8 @@ class TrialConfig:
     pool_layers: tuple[int, ...] | None = None  # attention pooling before these layers; () = global
     scorer: str | None = None  # fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)
     scorer_input: str | None = None  # prev (previous layer's input) or curr (current features)
+    scorer_relu: bool = False  # gnn scorer: ReLU on its scores, as the reference's last graph
+    #                            layer has (scores >= 0 before the normaliser)
     selection: str = "threshold"  # threshold (alpha > t), topk (keep ratio r), gao (Gao & Ji top-k)
     threshold: float | None = None  # alpha-tilde of Eq. 3: keep nodes with alpha > threshold
     ratio: float = 0.5  # fraction of nodes kept by top-k selections
@@ -270,6 +275,8 @@ def inapplicable(cfg: TrialConfig) -> set[str]:
         out.add("weak_target")
     if cfg.selection == "gao":
         out |= {"normalizer", "scorer", "scorer_input"}
+    if not cfg.pool_layers or cfg.selection == "gao" or cfg.scorer != "gnn":
+        out.add("scorer_relu")
     return out
 
 
@@ -290,10 +297,14 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
     """Hash of the resolved config (minus study, device, step) plus the dataset recipe hash.
 
     Device and step change float rounding only, so a trial keeps its id (and its stored
-    result) wherever and however it ran.
+    result) wherever and however it ran. An axis of `ADDED_AXES` at its earlier behaviour
+    is left out, so adding an axis does not rename the trials stored before it.
     """
     a = axes(cfg)
     for k in EXECUTION_FIELDS:
         a.pop(k)
+    for k, before in ADDED_AXES.items():
+        if a[k] == before:
+            del a[k]
     blob = json.dumps({"cfg": a, "data": dataset_hash}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -32,8 +32,11 @@ TRIAL_REQUIRED = ("trial_id", "seed", "status", "dataset")
 CURVE_REQUIRED = ("seed", "epoch")
 
 IDENTITY = ("trial_id", "seed", "split", "status", "error", "attempt")
+# Axes added to the trial config after results were stored (mirrors ablate.config.ADDED_AXES),
+# with the value that reproduces what ran before: rows written earlier read as that value.
+ADDED_AXES = {"scorer_relu": False}
 AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "filters", "readout",
-        "dropout", "pool_layers", "scorer", "scorer_input", "selection", "threshold", "ratio",
+        "dropout", "pool_layers", "scorer", "scorer_input", "scorer_relu", "selection", "threshold", "ratio",
         "normalizer", "supervision", "kl_weight", "init_dist", "init_scale", "epochs",
         "lr_decay_epochs", "lr", "weight_decay", "batch_size", "seeds", "extra",
         # selective-dependence (ablate.trial.sdc) trials
@@ -234,6 +237,9 @@ def _normalise(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
             df[col] = df[col].astype("string").fillna("").astype(str)
     if "pool_layers" in df.columns:
         df["pool_layers"] = df["pool_layers"].str.replace(" ", "", regex=False)
+    for col, before in ADDED_AXES.items():
+        if col in df.columns:  # some files have it: the older ones ran with `before`
+            df[col] = df[col].astype(object).where(df[col].notna(), before)
     n = len(df)
     df = df.sort_values("attempt", kind="stable").drop_duplicates(
         ["trial_id", "seed", "split"], keep="last")

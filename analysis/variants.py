@@ -26,7 +26,7 @@ SELECTION_NAMES = {"threshold": "", "topk": " top-k", "gao": " gPool"}
 
 # axes that may define table rows (besides the variant itself); not speed-only knobs
 ROW_AXES = ("pool_layers", "K", "aggregation", "hidden", "filters", "readout", "dropout", "scorer",
-            "scorer_input", "threshold", "ratio", "normalizer", "kl_weight", "init_dist",
+            "scorer_input", "scorer_relu", "threshold", "ratio", "normalizer", "kl_weight", "init_dist",
             "init_scale", "epochs", "lr_decay_epochs", "lr", "weight_decay", "batch_size",
             "data_params", "extra", "average_at", "entropy_lambda", "focus_hidden",
             "classify_hidden")
@@ -134,7 +134,8 @@ def row_order(df: pd.DataFrame) -> list[str]:
 # axes in which rows may differ, after the split-by axes, in the order comparisons are listed
 VARIANT_AXES = ("supervision", "selection", "pool_layers", "backbone")
 # axes that mean nothing without attention: global-pool rows are not compared along them
-ATTENTION_AXES = frozenset({"supervision", "selection", "scorer", "scorer_input", "threshold",
+ATTENTION_AXES = frozenset({"supervision", "selection", "scorer", "scorer_input", "scorer_relu",
+                            "threshold",
                             "ratio", "normalizer", "kl_weight", "init_dist", "init_scale"})
 # reference values of an axis, most preferred first, where the papers name one ("" = global)
 REFERENCE_VALUES: dict[str, tuple] = {"pool_layers": ("",), "supervision": ("unsup",),

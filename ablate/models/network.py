@@ -75,7 +75,8 @@ class GraphNet(nn.Module):
             else:
                 self.pools[str(layer)] = AttentionPool(
                     c_score, cfg.scorer, cfg.normalizer, cfg.selection, cfg.threshold, cfg.ratio,
-                    cfg.K, cfg.aggregation, cfg.init_dist, cfg.init_scale)
+                    cfg.K, cfg.aggregation, cfg.init_dist, cfg.init_scale,
+                    score_relu=cfg.scorer_relu)
         # the reference applies dropout only here, before the final linear layer
         self.head_dropout = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else nn.Identity()
         self.head = nn.Linear(widths[-1], out_channels)

@@ -63,6 +63,12 @@ def topk_keep(score: Tensor, mask: Tensor, ratio: float | Tensor) -> Tensor:
     return mask & (rank < k)
 
 
+def gnn_scores(h: Tensor, relu: bool) -> Tensor:
+    """The GNN scorer's last-layer output as scores; `relu` clamps them at 0 as the reference's
+    graph layer does (its attention GNN ends in a ReLU), else they are used as they are."""
+    return torch.relu(h) if relu else h
+
+
 def init_projection(weight: Tensor, dist: str, scale: float) -> None:
     """Initialise the attention projection p: N(0,1)*scale, U(-1,1)*scale or framework default."""
     with torch.no_grad():
@@ -89,6 +95,7 @@ class AttentionPool(nn.Module):
         K, aggregation: layer family settings of a GNN scorer (K capped at 2).
         init_dist, init_scale: initialisation of the first scorer weights (p).
         clamp: scores are clamped to +-clamp before normalising.
+        score_relu: a "gnn" scorer's scores go through a ReLU (`gnn_scores`).
 
     Shapes: x (B, N, C_x), x_score (B, N, C), graph (B, N, N) -> PoolResult.
     """
@@ -96,11 +103,12 @@ class AttentionPool(nn.Module):
     def __init__(self, in_channels: int, scorer: str = "fc", normalizer: str = "softmax",
                  selection: str = "threshold", threshold: float = 0.0, ratio: float = 0.5,
                  K: int = 1, aggregation: str = "mean", init_dist: str = "default",
-                 init_scale: float = 1.0, clamp: float = 60.0):
+                 init_scale: float = 1.0, clamp: float = 60.0, score_relu: bool = False):
         super().__init__()
         self.scorer_kind, self.normalizer, self.selection = scorer, normalizer, selection
         self.threshold, self.ratio, self.clamp = threshold, ratio, clamp
         self.init_dist, self.init_scale = init_dist, init_scale
+        self.score_relu = score_relu and scorer == "gnn"
         if scorer == "fc":
             self.proj = nn.Linear(in_channels, 1, bias=False)
         elif scorer == "fc_hidden":
@@ -137,7 +145,7 @@ class AttentionPool(nn.Module):
             h = x_score
             for layer in self.proj:
                 h = layer(h, graph)
-            return h.squeeze(-1)
+            return gnn_scores(h.squeeze(-1), self.score_relu)
         return self.proj(x_score).squeeze(-1)
 
     def forward(self, x: Tensor, x_score: Tensor, graph: Graph, gt: Tensor | None = None,
