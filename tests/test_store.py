@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ablate.runner.store import Store, StoreError, atomic_write, read_curves, read_trials
+from ablate.runner.store import Store, StoreError, read_curves, read_trials, write_parquet
 
 
 def _rows(status="ok", seeds=(0, 1), splits=("val", "test_orig")):
@@ -86,9 +86,9 @@ def test_foreign_or_corrupt_files_are_rejected_and_left_alone(tmp_path, kind):
         assert "rerun that trial" not in problems[0]
 
 
-def test_atomic_write_never_leaves_a_torn_file(tmp_path, monkeypatch):
+def test_write_parquet_never_leaves_a_torn_file(tmp_path, monkeypatch):
     path = tmp_path / "x.parquet"
-    atomic_write(pa.table({"a": [1]}), path)
+    write_parquet(pa.table({"a": [1]}), path)
     original = pq.write_table
 
     def crash(table, where, **kw):
@@ -97,7 +97,7 @@ def test_atomic_write_never_leaves_a_torn_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pq, "write_table", crash)
     with pytest.raises(KeyboardInterrupt):
-        atomic_write(pa.table({"a": [2, 3]}), path)
+        write_parquet(pa.table({"a": [2, 3]}), path)
     assert pq.read_table(path).column("a").to_pylist() == [1]
     assert os.listdir(tmp_path) == ["x.parquet"]
 
@@ -169,14 +169,14 @@ def test_a_failed_trial_write_leaves_no_curves(tmp_path, monkeypatch):
     import ablate.runner.store as st
 
     store = Store(tmp_path, "s")
-    real = st.atomic_write
+    real = st.write_parquet
 
     def full_disk(table, path):
         if path.parent.name == "trials":
             raise OSError(28, "No space left on device")
         return real(table, path)
 
-    monkeypatch.setattr(st, "atomic_write", full_disk)
+    monkeypatch.setattr(st, "write_parquet", full_disk)
     with pytest.raises(OSError):
         store.write("aaaaaaaaaaaa", _rows(), curves=[{"seed": 0, "epoch": 1}])
     assert not list(store.curves_dir.glob("*.parquet"))

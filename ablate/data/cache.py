@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ablate.atomic import atomic_write
 from ablate.data.graphs import GraphSet
 
 CACHE_VERSION = 1  # bump when a generator's output changes for the same parameters
@@ -45,14 +45,7 @@ def save_splits(path: Path, splits: dict[str, GraphSet], meta: dict) -> None:
     arrays: dict[str, np.ndarray] = {"__meta__": np.array(json.dumps(meta, default=str))}
     for split, gs in splits.items():
         arrays.update(gs.to_arrays(split))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def load_splits(path: Path) -> dict[str, GraphSet]:

@@ -22,13 +22,13 @@ import json
 import os
 import re
 import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ablate.atomic import atomic_write, temp_name
 from ablate.errors import ConfigError
 
 TRIALS, CURVES, FAILURES = "trials", "curves", "failures.jsonl"
@@ -135,9 +135,9 @@ class Store:
         if curves:
             cur = [{**{k: extra[k] for k in ("study", "trial_id", "attempt") if k in extra}, **c}
                    for c in curves]
-            atomic_write(_frame(cur, CURVE_KEYS), curves_path)
+            write_parquet(_frame(cur, CURVE_KEYS), curves_path)
         try:
-            return atomic_write(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
+            return write_parquet(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
         except BaseException:
             if curves:  # no curves without their trial file (the trial file commits both)
                 curves_path.unlink(missing_ok=True)
@@ -149,7 +149,7 @@ class Store:
         Written atomically at the start of every run; it names the latest run's plan.
         """
         plan = {"study": self.study, "written_at": now_iso(), "trial_ids": list(trial_ids)}
-        return _replace(self.dir / PLAN, lambda f: f.write(json.dumps(plan, indent=1).encode()))
+        return atomic_write(self.dir / PLAN, lambda f: f.write(json.dumps(plan, indent=1).encode()))
 
     def log_failure(self, entry: dict) -> None:
         """Append one failed attempt to failures.jsonl (history; the trial file holds the latest)."""
@@ -201,7 +201,7 @@ class Store:
         except OSError as e:
             raise StoreError(f"results_dir={self.root}: cannot create {self.dir} "
                              f"({e.strerror}); choose a writable folder") from None
-        probe = self.dir / f".probe.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        probe = temp_name(self.dir / "probe")
         try:
             probe.write_bytes(b"")
             probe.unlink()
@@ -225,39 +225,9 @@ def _frame(rows: list[dict], first: tuple[str, ...]) -> pa.Table:
     return pa.Table.from_pandas(df[cols], preserve_index=False)
 
 
-def atomic_write(table: pa.Table, path: Path) -> Path:
-    """Write `table` to `path` through a temp file in the same folder and a rename."""
-    return _replace(path, lambda f: pq.write_table(table, f))
-
-
-def _replace(path: Path, write) -> Path:
-    """`write(binary file)` into a hidden temp file beside `path`, fsync, rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)  # the rename itself survives a power loss
-    return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def write_parquet(table: pa.Table, path: Path) -> Path:
+    """Write `table` to `path` atomically (`ablate.atomic.atomic_write`)."""
+    return atomic_write(path, lambda f: pq.write_table(table, f))
 
 
 _TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")
