@@ -39,7 +39,7 @@ from matplotlib.ticker import Formatter, MaxNLocator  # noqa: E402
 from analysis import stats  # noqa: E402
 from analysis.load import layer_columns  # noqa: E402
 from analysis.tables import TEST_SPLITS, column_name, dataset_name  # noqa: E402
-from analysis.variants import _fmt  # noqa: E402
+from analysis.variants import axis_value_text  # noqa: E402
 
 DPI = 110
 MAX_HUE = 10  # more groups than this: the most frequent ones are drawn
@@ -167,7 +167,7 @@ def _hue_labels(d: pd.DataFrame, hue: str | None, variants: list[str]) -> tuple[
     if hue is None or hue not in d.columns:
         return d["variant"], _top(d, "variant", variants)
     vals = sorted(d[hue].unique().tolist(), key=lambda v: (isinstance(v, str), v))
-    names = {v: f"{hue}={_fmt(v)}" for v in vals}
+    names = {v: f"{hue}={axis_value_text(v)}" for v in vals}
     return d[hue].map(names), [names[v] for v in vals][:MAX_HUE]
 
 

@@ -94,7 +94,8 @@ def row_axes(df: pd.DataFrame) -> RowAxes:
     return RowAxes(tuple(split_by), tuple(pooled))
 
 
-def _fmt(v: object) -> str:
+def axis_value_text(v: object) -> str:
+    """An axis value as tables and legends show it (floats short, empty as 'none')."""
     if isinstance(v, float):
         return f"{v:g}"
     return str(v) if str(v) != "" else "none"
@@ -109,7 +110,7 @@ def add_rows(df: pd.DataFrame, axes: RowAxes) -> pd.DataFrame:
         key = (vorder, *[_sortable(v) for v in vals])
         if not vals:
             return key, variant
-        return key, f"{variant} (" + ", ".join(f"{a}={_fmt(v)}"
+        return key, f"{variant} (" + ", ".join(f"{a}={axis_value_text(v)}"
                                                for a, v in zip(axes.split_by, vals)) + ")"
 
     codes, found = per_unique(df, cols, label)
@@ -207,7 +208,7 @@ def comparisons(df: pd.DataFrame, axes: RowAxes) -> dict[str, list[Comparison]]:
             if _same(vals[r][a], ref):
                 continue
             base = next(c for c in group if _same(vals[c][a], ref))
-            out[r].append(Comparison(base, a, _fmt(vals[r][a]), _fmt(ref)))
+            out[r].append(Comparison(base, a, axis_value_text(vals[r][a]), axis_value_text(ref)))
     return out
 
 

@@ -1,0 +1,127 @@
+"""The floors of the house (README, "What is inside"): imports only go down, no circle,
+no module reaches into another's private names, the analysis reads Parquet only."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# floor of each part of the package, bottom first; a module may import its own floor or below
+FLOORS = [("ablate.errors", "ablate.atomic"), ("ablate.data",), ("ablate.models",),
+          ("ablate.config",), ("ablate.trial",), ("ablate.runner",), ("ablate.run", "ablate.train")]
+
+
+def _floor(module: str) -> int:
+    for i, parts in enumerate(FLOORS):
+        if any(module == p or module.startswith(p + ".") for p in parts):
+            return i
+    raise AssertionError(f"{module}: not on any floor of tests/test_layout.py")
+
+
+def _modules(package: str) -> dict[str, Path]:
+    out = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of imports under `if TYPE_CHECKING:` (not run)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for sub in ast.walk(node):
+                lines.add(getattr(sub, "lineno", -1))
+    return lines
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, list[str], ast.AST]]:
+    """(imported module, names, node) for every import that runs, at any depth."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_only(tree)
+    out = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", -1) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module
+            if node.level:  # relative import
+                pkg = module.split(".")[: -node.level] if not path.name == "__init__.py" \
+                    else module.split(".")[: len(module.split(".")) - node.level + 1]
+                base = ".".join([*pkg, node.module])
+            out.append((base, [a.name for a in node.names], node))
+    return out
+
+
+def _resolve(target: str, names: list[str], known: dict[str, Path]) -> list[str]:
+    """The ablate modules an import loads: `from ablate.trial import fit` loads ablate.trial.fit."""
+    got = [f"{target}.{n}" for n in names if f"{target}.{n}" in known]
+    return got or ([target] if target in known else [])
+
+
+def test_imports_only_go_down_and_never_in_a_circle():
+    known = _modules("ablate")
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    upward = []
+    for module, path in known.items():
+        for target, names, node in _imports(module, path):
+            if not target.startswith("ablate"):
+                continue
+            for dep in _resolve(target, names, known):
+                if dep == module or module.startswith(dep + "."):
+                    continue  # a package's own __init__
+                graph[module].add(dep)
+                if _floor(dep) > _floor(module):
+                    upward.append(f"{module} imports {dep} (line {node.lineno})")
+    assert not upward, "imports going up a floor:\n" + "\n".join(upward)
+    # no circle (lazy imports inside functions included)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_module_imports_another_modules_private_names():
+    bad = []
+    for package in ("ablate", "analysis", "benchmarks"):
+        for module, path in _modules(package).items():
+            for target, names, node in _imports(module, path):
+                if not target.startswith(("ablate", "analysis")):
+                    continue
+                for n in names:
+                    if n.startswith("_") and not n.startswith("__"):
+                        bad.append(f"{module}: from {target} import {n} (line {node.lineno})")
+    assert not bad, "\n".join(bad)
+
+
+def test_analysis_imports_nothing_from_ablate():
+    for module, path in _modules("analysis").items():
+        for target, _, node in _imports(module, path):
+            assert not target.startswith("ablate"), f"{module} imports {target} ({node.lineno})"
+
+
+def test_every_module_says_what_it_holds():
+    for package in ("ablate", "analysis"):
+        for module, path in _modules(package).items():
+            tree = ast.parse(path.read_text())
+            if not tree.body:
+                continue  # an empty package marker
+            assert ast.get_docstring(tree), f"{module}: no docstring saying what it holds"
