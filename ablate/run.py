@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return search_main(_study_name(argv), argv)
         study, options = build_study(_study_name(argv), argv)
-        from ablate.runner.execution import check_devices, check_resources_early, run_study
+        from ablate.runner.driver import run_study
+        from ablate.runner.ray_env import check_devices, check_resources_early
         from ablate.runner.store import Store
 
         if options["verify"]:

@@ -5,7 +5,7 @@ and 1,000 graphs per test split, 3 epochs; ChebyGIN unsupervised / supervised /
 top-k and GIN unsupervised attention rows x N seeds). Two ways to run the same
 (config, seed) units on this machine:
 
-- runner: `ablate.runner.execution.run_study` as `python -m ablate.run` does it:
+- runner: `ablate.runner.driver.run_study` as `python -m ablate.run` does it:
   dataset built once in the driver, embedded Ray, Tune with `reuse_actors`,
   seeds packed per trial, results written to the Parquet store;
 - naive: Ray Tune, one seed per trial, `reuse_actors=False` (a fresh worker
@@ -60,7 +60,7 @@ def build(units: int, epochs: int, seeds_per_trial: int):
 
 
 def run_runner(study, workdir: Path) -> dict:
-    from ablate.runner.execution import run_study
+    from ablate.runner.driver import run_study
     from ablate.runner.store import read_trials
 
     os.environ["ABLATE_CACHE"] = str(workdir / "cache-runner")  # built once, by the driver

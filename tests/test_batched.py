@@ -8,8 +8,8 @@ import torch
 
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
-from ablate.trial import packed as batched
 from ablate.trial import pack_step
+from ablate.trial import packed as batched
 from ablate.trial.fit import lr_at
 from ablate.trial.graph import run_seed, run_trial_full
 

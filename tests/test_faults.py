@@ -25,7 +25,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from ablate.runner.execution import gpus_per_trial, run_study, start_ray  # noqa: E402
+from ablate.runner.driver import run_study  # noqa: E402
+from ablate.runner.ray_env import gpus_per_trial, start_ray  # noqa: E402
 from ablate.runner.store import FAILURES, Store, read_trials  # noqa: E402
 from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
 

@@ -16,8 +16,9 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
 
-from ablate.runner.execution import run_study, start_ray  # noqa: E402
+from ablate.runner.driver import run_study  # noqa: E402
 from ablate.runner.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
+from ablate.runner.ray_env import start_ray  # noqa: E402
 from ablate.runner.store import read_trials  # noqa: E402
 from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
 from ablate.trial.graph import run_trial_full  # noqa: E402

@@ -100,7 +100,7 @@ def test_foreign_file_in_store_exits_2_and_is_not_modified(capsys, tmp_path):
 def test_worker_cache_path_matches_the_dataset_cache():
     """Workers on other nodes write the driver's dataset file where load_graphsets looks."""
     from ablate.data import load_graphsets
-    from ablate.runner.execution import _cache_file
+    from ablate.runner.worker import cache_file as _cache_file
 
     params = {"n_train": 20, "n_val": 20, "n_test": 20, "n_max_large": 30}
     path = _cache_file("colors", params)
@@ -147,7 +147,7 @@ def test_smoke_study_end_to_end_then_rerun_skips(tmp_path):
 def test_progress_display_modes():
     import io
 
-    from ablate.runner.execution import Progress
+    from ablate.runner.progress import Progress
 
     class TTY(io.StringIO):
         def isatty(self):

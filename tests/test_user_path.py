@@ -21,7 +21,8 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from ablate.run import main  # noqa: E402
-from ablate.runner.execution import clean_tune_leftovers, run_study, start_ray  # noqa: E402
+from ablate.runner.driver import run_study  # noqa: E402
+from ablate.runner.ray_env import clean_tune_leftovers, start_ray  # noqa: E402
 from ablate.runner.store import PLAN, Store, StoreError, read_trials  # noqa: E402
 from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, expand  # noqa: E402
 
@@ -223,7 +224,7 @@ def test_cached_load_keeps_the_canonical_split_order():
 def test_no_colour_reset_code_after_the_last_line_on_a_terminal():
     import pty
 
-    code = ("from ablate.runner.execution import start_ray; start_ray(None); import ray; "
+    code = ("from ablate.runner.ray_env import start_ray; start_ray(None); import ray; "
             "ray.shutdown(); print('last line')")
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=slave, stderr=slave)

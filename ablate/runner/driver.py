@@ -1,0 +1,242 @@
+"""Run a study's trials with Ray Tune; the driver writes each finished trial to the store.
+
+Data flow (DESIGN.md): the driver skips trials already complete in the store,
+builds every dataset recipe once into the on-disk cache, starts an embedded
+local Ray sized to the machine (or joins `ray_address` / $RAY_ADDRESS), and
+hands the trials to a Tune `Tuner` (function trainable, `reuse_actors=True`,
+declared `cpus_per_trial` / fractional `gpus_per_trial`,
+`FailureConfig(max_failures)`). A worker only loads the cached dataset (on a
+node without the cache file it writes the driver's copy, shipped once through
+the object store), runs the trial kind's function on the packed seeds and
+reports its records and curves in one result. The driver-side `StoreCallback`
+writes them atomically as each result arrives. A trial that raises or returns
+NaN reports rows with its status and is retried in the same warm worker; a lost
+worker or node is recorded by the driver and retried elsewhere by Tune.
+
+Here: `run_study` and the Tuner it builds (packs, payloads, shipped dataset
+files). Elsewhere in `ablate.runner`: Ray start-up and resource checks
+(`ray_env`), the worker side (`worker`), the store callback (`tune_callback`),
+the progress display and the run's summary (`progress`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from ablate.errors import ConfigError
+from ablate.runner.packing import Pack, make_packs, pack_seeds
+from ablate.runner.progress import Progress, Summary
+from ablate.runner.ray_env import (
+    RayStarter,
+    check_devices,
+    check_resources,
+    check_resources_early,
+    clean_tune_leftovers,
+    gpus_per_trial,
+    quiet_ray_env,
+)
+from ablate.runner.study import TRIAL_KINDS, Study, Trial
+from ablate.runner.worker import cache_file, trainable
+
+if TYPE_CHECKING:
+    from ablate.runner.store import Store
+
+
+def run_study(study: Study, results_dir: str | os.PathLike = "results", force: bool = False,
+              ray_address: str | None = None, progress: str = "auto",
+              stream: TextIO | None = None) -> Summary:
+    """Run every trial of `study` not yet complete in the store; see the module docstring."""
+    from ablate.runner.store import FAILURES, Store, StoreError
+
+    t_start = time.time()
+    stream = stream or sys.stderr
+    quiet_ray_env()  # here, in the main thread, before Ray starts in `RayStarter`'s thread
+    check_devices(study, ray_address)
+    check_resources_early(study, ray_address)
+    store = Store(results_dir, study.name)
+    summary = Summary(study.name, len(study.trials), results=str(store.dir),
+                      failures_log=str(store.dir / FAILURES))
+    if not store.writable():  # a read-only archive: re-check it, run nothing
+        status = store.scan()
+        todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
+        if todo:
+            raise StoreError(f"the result store {store.dir} is read-only and {len(todo)} of "
+                             f"{len(study.trials)} trials are still to run; choose a writable "
+                             "results_dir=")
+        summary.skipped = len(study.trials)
+        summary.wall_s = time.time() - t_start
+        return summary
+    store.lock()
+    try:
+        store.clean_temp()
+        status = store.scan()
+        todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
+        summary.skipped = len(study.trials) - len(todo)
+        if not todo:
+            store.write_plan([t.trial_id for t in study.trials])
+        else:
+            address = ray_address or os.environ.get("RAY_ADDRESS") or None
+            t0 = time.time()
+            local = [_reads_local_files(t) for t in todo]
+            splits = prepare_datasets([t for t, x in zip(todo, local) if x],
+                                      progress=stream.isatty())  # bad paths: before Ray
+            ray_start = RayStarter(address)  # Ray starts while the other datasets are built
+            started = False
+            try:
+                rest = [t for t, x in zip(todo, local) if not x]
+                splits.update(prepare_datasets(rest, progress=stream.isatty()))
+                summary.timings["datasets"] = time.time() - t0
+                started = ray_start.wait()
+                summary.timings["ray_start"] = ray_start.seconds
+                with _sigterm_as_interrupt(summary):
+                    _run_tune(study, todo, splits, store, summary,
+                              embedded=started and not address, progress=progress,
+                              stream=stream, t_start=t_start)
+            finally:
+                if ray_start.wait(raise_errors=False):
+                    import ray
+
+                    t0 = time.time()
+                    ray.shutdown()
+                    summary.timings["ray_stop"] = time.time() - t0
+                ray_start.release()
+    finally:
+        store.unlock()
+        summary.wall_s = time.time() - t_start
+    return summary
+
+
+class _sigterm_as_interrupt:
+    """While Tune runs, SIGTERM (timeout, docker stop, batch schedulers) stops the study the
+    way Ctrl-C does: trials in flight end, what finished is kept, a rerun resumes."""
+
+    def __init__(self, summary: Summary):
+        self.summary, self.previous = summary, None
+
+    def _handler(self, signum, frame) -> None:
+        import signal
+
+        self.summary.signal = "SIGTERM"
+        os.kill(os.getpid(), signal.SIGINT)  # Tune's graceful stop
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,
+              embedded: bool, progress: str, stream: TextIO, t_start: float | None = None) -> None:
+    import ray
+    from ray import tune
+
+    from ablate.runner.tune_callback import StorageStop, StoreCallback, trial_name
+
+    clean_tune_leftovers()
+    storage = tempfile.mkdtemp(prefix=f"ablate-tune-{study.name}-pid{os.getpid()}-")
+    try:
+        gpus = gpus_per_trial(study.spec.gpus_per_trial)
+        check_resources(study, gpus, embedded=embedded, stream=stream)
+        store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
+        ship = not embedded or len(ray.nodes()) > 1
+        spec = study.spec
+        cache = os.environ.get("ABLATE_CACHE")
+        packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))
+        payloads = [_payload(pk, spec, cache) for pk in packs]
+        display = Progress(study.name, len(todo), summary.skipped, progress, stream,
+                           t0=t_start)
+        callback = StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
+                                 {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs})
+        resources = {"cpu": spec.cpus_per_trial, "gpu": gpus}
+        fn = tune.with_resources(tune.with_parameters(trainable, blobs=_blobs(todo, ship)),
+                                 resources)
+        tuner = tune.Tuner(
+            fn,
+            param_space={"trial": tune.grid_search(payloads)},
+            tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
+                                        trial_name_creator=trial_name,
+                                        trial_dirname_creator=trial_name),
+            run_config=tune.RunConfig(
+                name=study.name, storage_path=storage, verbose=0, callbacks=[callback],
+                stop=StorageStop(callback),
+                failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+                checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+                log_to_file=False),
+        )
+        display.refresh(force=True)
+        t0 = time.time()
+        try:
+            tuner.fit()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now, written files stay valid
+            pass
+        summary.timings["tune"] = time.time() - t0
+        display.close()
+        summary.ok = sum(1 for s in callback.final.values() if s == "ok")
+        summary.failed = sorted(k for k, s in callback.final.items() if s != "ok")
+        summary.remaining = sorted(t.trial_id for t in todo if t.trial_id not in callback.final)
+        summary.retries = callback.retries
+        summary.storage_error = callback.storage_error
+        for tid, error in sorted(callback.errors.items()):
+            summary.errors.setdefault(error, []).append(tid)
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def _payload(pack: Pack, spec, cache: str | None) -> dict:
+    t = pack.trials[0]  # the trials of a pack share kind and dataset recipe
+    kind = TRIAL_KINDS[t.kind]
+    return {"trial_id": pack.pack_id, "kind": t.kind, "run": kind.run, "pack_run": kind.pack,
+            "members": [{"trial_id": m.trial_id, "config": pickle.dumps(m.config)}
+                        for m in pack.trials],
+            "dataset": t.dataset, "data_params": t.data_params, "data_hash": t.data_hash,
+            "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache}
+
+
+def _blobs(trials: list[Trial], ship: bool) -> dict:
+    """data hash -> ObjectRef of the cache file bytes, for nodes that lack the file."""
+    if not ship:
+        return {}
+    import ray
+
+    out = {}
+    for t in trials:
+        if t.data_hash and t.data_hash not in out:
+            out[t.data_hash] = ray.put(cache_file(t.dataset, dict(t.data_params)).read_bytes())
+    return out
+
+
+def prepare_datasets(trials: list[Trial], progress: bool = True) -> dict[str, list[str]]:
+    """Build (or load) every dataset recipe once; data hash -> evaluated split names."""
+    from ablate.data import load_graphsets
+
+    splits: dict[str, list[str]] = {}
+    for t in trials:
+        if t.data_hash is None or t.data_hash in splits:
+            continue
+        try:
+            sets = load_graphsets(t.dataset, progress=progress, **dict(t.data_params))
+        except ConfigError as e:
+            raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
+                              "data.KEY=VALUE)") from None
+        splits[t.data_hash] = [s for s in sets if s != "train"]
+    return splits
+
+
+def _reads_local_files(t: Trial) -> bool:
+    """Whether the trial's dataset is read from a local path (it may fail on a bad path)."""
+    return t.data_hash is not None and dict(t.data_params).get("path") is not None

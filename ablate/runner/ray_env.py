@@ -1,0 +1,245 @@
+"""Ray start-up for the runner: a quiet environment, joining or starting Ray, resource checks.
+
+Importing this module changes nothing: `quiet_ray_env` sets Ray's and Tune's
+environment variables when the driver starts (`ablate.runner.driver.run_study`)
+and again at the top of `start_ray`, before this process first imports `ray`.
+`start_ray` joins a cluster or starts an embedded local Ray and quiets its
+console (loggers, the raylet's worker-death notices, colorama's exit hook);
+`RayStarter` runs it in a background thread. The checks here reject a study
+whose trials can never run on this machine or cluster, before any trial starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from ablate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.runner.study import Study
+
+# Quiet Ray/Tune console (DESIGN.md "measured facts"). Set before `import ray`: Ray reads
+# RAY_DEDUP_LOGS when it is imported, the raylet reads RAY_* when ray.init starts it, Tune
+# reads TUNE_* and RAY_AIR_NEW_OUTPUT when a Tuner runs.
+RAY_ENV = {
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # no per-trial JSON/CSV/TBX
+    "RAY_DEDUP_LOGS": "0",
+    "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",  # failures are reported by the runner
+    "TUNE_WARN_SLOW_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1e9",
+    # An embedded Ray need not prestart idle workers: Tune's actors never use them, and on a
+    # small machine they compete with the trials' start-up for the CPUs.
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+}
+
+
+def quiet_ray_env() -> None:
+    """Set `RAY_ENV` in this process's environment, keeping any value the user already set."""
+    for key, value in RAY_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def _quiet_logging() -> None:
+    for name in ("ray", "ray.tune", "ray.train", "ray.air", "ray.data"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # the runner reports failures
+    warnings.filterwarnings("ignore", module=r"ray\..*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def _silence_raylet_messages() -> None:
+    """Drop the raylet's worker-death notices that Ray prints on the driver's stdout.
+
+    The runner records every lost worker itself (store rows, failures.jsonl), and
+    the user asked for one progress display. Other Ray output is unaffected.
+    """
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "_ablate_quiet", False):
+        return
+
+    def quiet(data, *args, **kwargs):
+        if data.get("pid") != "raylet":
+            original(data, *args, **kwargs)
+
+    quiet._ablate_quiet = True
+    ray_worker.print_to_stdstream = quiet
+
+
+def _no_colour_reset_at_exit() -> None:
+    """Ray initialises colorama, whose exit hook prints a colour reset code after the
+    runner's last line; the runner prints no colours, so the hook goes."""
+    try:
+        import atexit
+
+        import colorama.initialise as ci
+    except ImportError:
+        return
+    atexit.unregister(ci.reset_all)
+
+
+def start_ray(address: str | None) -> bool:
+    """Join `address` (or $RAY_ADDRESS), else start an embedded local Ray; True if started."""
+    quiet_ray_env()  # before the first `import ray` of this process
+    import ray
+
+    _quiet_logging()
+    _silence_raylet_messages()
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs = dict(logging_level=logging.ERROR, log_to_driver=False,
+                  configure_logging=True)
+    if address:
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"cannot join the Ray cluster at {address!r} ({first}); start one "
+                              "(ray start --head, ray up cluster.yaml) or unset RAY_ADDRESS / "
+                              "ray_address= to run on an embedded local Ray") from None
+        _quiet_logging()
+        _no_colour_reset_at_exit()
+        return True
+    ray.init(include_dashboard=False, **kwargs)  # sized to the machine (all CPUs, GPUs)
+    _quiet_logging()  # ray.init reconfigures its loggers
+    _no_colour_reset_at_exit()
+    return True
+
+
+class RayStarter:
+    """`start_ray` in a background thread, so Ray's processes start while the driver works.
+
+    The thread stays alive until `release()`: an embedded Ray's processes get
+    PR_SET_PDEATHSIG from the thread that forked them, so they would die with it.
+    """
+
+    def __init__(self, address: str | None):
+        import threading
+
+        self.address, self.started, self.error, self.seconds = address, False, None, 0.0
+        self._ready, self._release = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ablate-ray-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.time()
+        try:
+            self.started = start_ray(self.address)
+        except BaseException as e:  # re-raised in the caller's thread
+            self.error = e
+        self.seconds = time.time() - t0
+        self._ready.set()
+        self._release.wait()
+
+    def wait(self, raise_errors: bool = True) -> bool:
+        """Block until Ray is up; True if this starter started (or joined) it."""
+        self._ready.wait()
+        if self.error is not None and raise_errors:
+            raise self.error
+        return self.started
+
+    def release(self) -> None:
+        """Let the thread end (after `ray.shutdown()`, for an embedded Ray)."""
+        self._release.set()
+        self._thread.join()
+
+
+def gpus_per_trial(setting: float | str) -> float:
+    """The study's GPUs per trial; 'auto' = 0.25 (four trials per GPU) if the cluster has GPUs."""
+    import ray
+
+    if setting != "auto":
+        return float(setting)
+    return 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+
+def check_devices(study: Study, ray_address: str | None = None) -> None:
+    """device=cuda needs CUDA: here for an embedded Ray, and GPUs for the trials anywhere."""
+    wants = any(getattr(t.config, "device", "auto") == "cuda" for t in study.trials)
+    if not wants:
+        return
+    if study.spec.gpus_per_trial != "auto" and float(study.spec.gpus_per_trial) == 0:
+        raise ConfigError("device=cuda needs gpus_per_trial > 0 (or auto): a trial given no "
+                          "GPU sees none")
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device=cuda but this machine has no usable CUDA device (no GPU "
+                              "or a CPU build of torch); use device=auto or device=cpu, or join "
+                              "a GPU cluster with ray_address=")
+
+
+def check_resources_early(study: Study, ray_address: str | None = None) -> None:
+    """Before Ray starts: an embedded Ray gets this machine's CPUs and GPUs, so a trial
+    asking for more can never run (a cluster may still grow: checked once joined)."""
+    if ray_address or os.environ.get("RAY_ADDRESS"):
+        return
+    ray = sys.modules.get("ray")  # not imported yet: no Ray is running in this process
+    if ray is not None and ray.is_initialized():  # a Ray started by the caller decides
+        return
+    spec = study.spec
+    cpus = os.cpu_count() or 1
+    if spec.cpus_per_trial > cpus:
+        raise ConfigError(f"cpus_per_trial={spec.cpus_per_trial:g} but this machine has {cpus} "
+                          f"CPUs; use cpus_per_trial<={cpus}, or join a larger cluster with "
+                          "ray_address=")
+    if spec.gpus_per_trial != "auto" and float(spec.gpus_per_trial) > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if float(spec.gpus_per_trial) > gpus:
+            raise ConfigError(f"gpus_per_trial={spec.gpus_per_trial:g} but this machine has "
+                              f"{gpus} GPUs; use gpus_per_trial=auto or 0, or join a GPU "
+                              "cluster with ray_address=")
+
+
+def check_resources(study: Study, gpus: float, embedded: bool, stream: TextIO) -> None:
+    """Once Ray is up: an embedded Ray that cannot fit one trial is a bad value; a cluster
+    may still grow (a warning)."""
+    import ray
+
+    have = ray.cluster_resources()
+    spec = study.spec
+    need = {"CPU": spec.cpus_per_trial, "GPU": gpus}
+    short = [f"{k.lower()}s_per_trial={v:g} but the cluster has {have.get(k, 0):g} {k}"
+             for k, v in need.items() if v > have.get(k, 0)]
+    if short and embedded:
+        raise ConfigError(f"{short[0]}s; lower it, or join a larger cluster with "
+                          "ray_address=")
+    if short:
+        stream.write(f"warning: {short[0]}s now; trials wait until the autoscaler adds "
+                     "nodes\n")
+
+
+def clean_tune_leftovers(prefix: str = "ablate-tune-") -> int:
+    """Remove Tune experiment folders of runs whose driver died (SIGKILL): pid in the name."""
+    n = 0
+    for p in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        parts = p.name[len(prefix):].split("-")
+        pid = next((int(x[3:]) for x in parts if x.startswith("pid") and x[3:].isdigit()), None)
+        if pid is None or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # that driver is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        n += 1
+    return n

@@ -1,0 +1,184 @@
+"""The driver's Tune hooks: write each reported attempt to the store, stop on a failed write.
+
+`StoreCallback` receives every result a worker reports (`ablate.runner.worker`),
+writes each member trial's rows atomically to the store, logs failed attempts to
+failures.jsonl, records trials whose worker or node died, and drives the
+progress display. `StorageStop` ends the study once a result could not be
+written (disk full, read-only).
+
+This module imports Ray Tune when it is imported (its classes subclass Tune's):
+the driver imports it only after `start_ray` has set Ray's environment.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ray import tune
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial as TuneTrial
+
+    from ablate.runner.progress import Progress
+    from ablate.runner.store import Store
+    from ablate.runner.study import Trial
+
+
+class StoreCallback(tune.Callback):
+    """Driver-side: write each reported attempt to the store, record failures, drive progress.
+
+    A Tune trial runs a pack (`ablate.runner.packing`): every member trial's rows go to its own
+    file, tagged with the pack's id.
+    """
+
+    def __init__(self, store: Store, trials: dict[str, Trial], splits: dict,
+                 display: Progress, packs: dict[str, list[str]]):
+        import ray
+
+        self.store, self.trials, self.splits, self.display = store, trials, splits, display
+        self.packs = packs  # pack id -> member trial ids
+        self.ray_version = ray.__version__
+        self.final: dict[str, str] = {}  # trial id -> final status (ok / error / nan)
+        self.errors: dict[str, str] = {}  # trial id -> final error text
+        self.attempts: dict[str, int] = {}  # trial id -> attempts recorded so far
+        self.retries = 0
+        self.storage_error = ""  # first failed result write: the study stops (`StorageStop`)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        for tid in self.packs[_tid(trial)]:
+            self.display.start(tid)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        blob = result.pop("payload", None)  # do not keep it in Tune's experiment state
+        if blob is None:
+            return
+        pack_id, out = _tid(trial), pickle.loads(blob)
+        for m in out["members"]:
+            tid = m["trial_id"]
+            records = m["records"] if m["status"] != "error" else []
+            rows = records or self._error_rows(tid, m["status"], m["error"])
+            attempt = self._write(tid, rows, m["curves"] if records else [], out["meta"],
+                                  pack_id)
+            if attempt is None:  # not stored: the trial stays to do, the study stops
+                self.display.retry(tid)
+                continue
+            if m["status"] == "ok":
+                self.final[tid] = "ok"
+                self.display.finish(tid, "ok")
+                continue
+            self._log(tid, attempt, m["status"], m["error"], out["meta"])
+            if m.get("final", out["final"]):
+                self.final[tid] = m["status"]
+                self.errors[tid] = m["error"] or m["status"]
+                self.display.finish(tid, "failed")
+            else:
+                self.retries += 1
+                self.display.retry(tid)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self._lost(trial, final=False)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._lost(trial, final=True)
+
+    def on_step_end(self, iteration, trials, **info):
+        self.display.refresh()
+
+    # ------------------------------------------------------------------ helpers
+    def _lost(self, trial, final: bool) -> None:
+        """The worker (actor or node) died mid-pack: record it; Tune retries it or gives up."""
+        pack_id = _tid(trial)
+        error = _tune_error(trial)
+        for tid in self.packs[pack_id]:
+            if tid in self.final:  # already recorded as finished
+                continue
+            attempt = self._write(tid, self._error_rows(tid, "error", error), [], {}, pack_id)
+            if attempt is None:
+                continue
+            self._log(tid, attempt, "error", error, {})
+            if final:
+                self.final[tid] = "error"
+                self.errors[tid] = error
+                self.display.finish(tid, "failed")
+            else:
+                self.retries += 1
+                self.display.retry(tid)
+
+    def _error_rows(self, tid: str, status: str, error: str) -> list[dict]:
+        from ablate.config import axes
+
+        t = self.trials[tid]
+        base = axes(t.config)
+        if t.data_hash:
+            base["dataset_hash"] = t.data_hash
+        splits = self.splits.get(t.data_hash) or list(getattr(t.config, "eval_splits", [""]))
+        return [{**base, "seed": s, "split": sp, "status": status, "error": error}
+                for s in getattr(t.config, "seeds", (0,)) for sp in splits]
+
+    def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict,
+               pack_id: str) -> int | None:
+        """Store one attempt's rows; its attempt number, or None if the write failed."""
+        from ablate.runner.store import now_iso
+
+        if self.storage_error:
+            return None
+        attempt = self.attempts.get(tid, 0) + 1
+        extra = {"attempt": attempt, "created_at": now_iso(), "ray_version": self.ray_version,
+                 "trial_s": meta.get("trial_s", float("nan")), "node": meta.get("node", ""),
+                 "node_id": meta.get("node_id", ""), "gpu_ids": meta.get("gpu_ids", ""),
+                 "started_at": meta.get("started_at", float("nan")),
+                 "finished_at": meta.get("finished_at", float("nan")), "pack_id": pack_id,
+                 "pack_trials": len(self.packs[pack_id])}
+        try:
+            self.store.write(tid, rows, curves, extra)
+        except OSError as e:  # disk full, read-only, gone: stop the study cleanly
+            self.storage_error = f"{e.strerror or type(e).__name__} writing {self.store.dir}"
+            return None
+        self.attempts[tid] = attempt
+        return attempt
+
+    def _log(self, tid: str, attempt: int, status: str, error: str, meta: dict) -> None:
+        try:
+            self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
+                                    "error": error, "node": meta.get("node", "")})
+        except OSError as e:
+            self.storage_error = self.storage_error or \
+                f"{e.strerror or type(e).__name__} writing {self.store.dir}"
+
+
+def _tid(trial) -> str:
+    return trial.config["trial"]["trial_id"]
+
+
+def _tune_error(trial) -> str:
+    """One line describing why the trial's last attempt failed (from Tune's error file)."""
+    try:
+        text = Path(trial.error_file).read_text() if trial.error_file else ""
+    except OSError:
+        text = ""
+    sections = text.split("Failure # ")
+    lines = [ln.strip() for ln in sections[-1].splitlines()[1:] if ln.strip()]
+    for ln in lines:
+        if "died" in ln or "Error" in ln or "error" in ln:
+            return ln[:500]
+    return (lines[0] if lines else "the trial's worker failed")[:500]
+
+
+class StorageStop(tune.Stopper):
+    """Stops the whole study once a result could not be written (disk full, read-only)."""
+
+    def __init__(self, callback: StoreCallback):
+        self.callback = callback
+
+    def __call__(self, trial_id, result) -> bool:
+        return bool(self.callback.storage_error)
+
+    def stop_all(self) -> bool:
+        return bool(self.callback.storage_error)
+
+
+def trial_name(trial: TuneTrial) -> str:
+    """Tune's name (and folder name) for a pack's Tune trial."""
+    return f"{trial.config['trial']['trial_id']}_{trial.trial_id}"

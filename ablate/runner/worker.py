@@ -1,0 +1,148 @@
+"""What runs inside a Ray worker: the Tune function trainable that runs one pack of trials.
+
+Ray pickles `trainable` by reference, so it stays at ``ablate.runner.worker.trainable``.
+A worker loads the dataset from the on-disk cache (on a node without the cache
+file it first writes the driver's copy, shipped through the object store), runs
+the trial kind's function on the pack's trials and reports each attempt as one
+Tune result. A trial that raises or returns NaN is retried here, in the same
+warm worker, unless its error is one a retry cannot fix (`_retryable`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ablate.atomic import atomic_write
+from ablate.runner.study import load_attr
+
+_WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
+
+# Errors a retry cannot fix: a bad config, value or path, a missing device, a bug.
+_DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
+                  NotImplementedError, AssertionError)
+
+
+def cache_file(dataset: str, params: dict) -> Path:
+    """Path of a dataset recipe in this process's cache (mirrors ablate.data.load_graphsets)."""
+    from ablate.data import dataset_recipe_hash
+    from ablate.data.cache import cache_dir
+
+    return cache_dir() / f"{dataset}-{dataset_recipe_hash(dataset, params)}.npz"
+
+
+def _ensure_dataset(p: dict, blobs: dict) -> None:
+    """Materialise the driver's cache file on this node when it is missing (other nodes)."""
+    ref = blobs.get(p["data_hash"]) if p["data_hash"] else None
+    if ref is None:
+        return
+    path = cache_file(p["dataset"], dict(p["data_params"]))
+    if path.exists():
+        return
+    import ray
+
+    data = ray.get(ref)
+    atomic_write(path, lambda f: f.write(data))  # a concurrent loader sees no or all bytes
+
+
+def _trial_function(path: str):
+    fn = _WORKER_STATE.get(path)
+    if fn is None:
+        fn = _WORKER_STATE[path] = load_attr(path)
+    return fn
+
+
+def _error_text(e: BaseException) -> str:
+    """One line: the exception and where it was raised."""
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg}{where}"[:500]
+
+
+def _retryable(e: BaseException) -> bool:
+    """Worker deaths, out-of-memory and other runtime faults may pass; config errors never."""
+    from ablate.errors import DeviceError
+
+    return not isinstance(e, _DETERMINISTIC + (DeviceError,))
+
+
+def _member_outcome(trial_id: str, res) -> dict:
+    """A trial's outcome from its kind's result (records and curves), with the first bad status."""
+    out = {"trial_id": trial_id, "status": "ok", "error": "", "retry": True,
+           "records": list(res.records), "curves": list(res.curves)}
+    bad = [r for r in out["records"] if r.get("status", "ok") != "ok"]
+    if bad:
+        out["status"], out["error"] = bad[0]["status"], bad[0].get("error", "")
+    elif not out["records"]:
+        out["status"], out["error"] = "error", "the trial returned no records"
+    return out
+
+
+def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
+    """Run the pack's `members` once; never raises: each member's outcome has its status."""
+    out = {"members": [], "trial_s": float("nan")}
+    try:
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(max(1, int(p["cpus"])))
+        _ensure_dataset(p, blobs)
+        cfgs = [pickle.loads(m["config"]) for m in members]
+        t0 = time.perf_counter()
+        if len(cfgs) > 1:  # several trials trained together (the kind's pack function)
+            results = _trial_function(p["pack_run"])(cfgs)
+        else:
+            results = [_trial_function(p["run"])(cfgs[0])]
+        out["trial_s"] = time.perf_counter() - t0
+        out["members"] = [_member_outcome(m["trial_id"], r) for m, r in zip(members, results)]
+    except Exception as e:
+        error, retry = _error_text(e), _retryable(e)
+        out["members"] = [{"trial_id": m["trial_id"], "status": "error", "error": error,
+                           "retry": retry, "records": [], "curves": []} for m in members]
+    return out
+
+
+def trainable(config: dict, blobs: dict | None = None) -> None:
+    """Tune function trainable: run one pack (one or more trials), report each attempt.
+
+    A trial that raises or returns NaN is retried here, in the same warm actor, up
+    to `max_failures` times, unless its error is one a retry cannot fix (a bad config
+    value: `_retryable`); a retry reruns only the pack's trials that failed. Each
+    attempt is reported as one result, so the driver records it. A dead worker or
+    node is retried by Tune's FailureConfig.
+    """
+    import ray
+    from ray import tune
+
+    p = config["trial"]
+    if p.get("cache_dir"):
+        os.environ["ABLATE_CACHE"] = p["cache_dir"]
+    gpu_ids = ray.get_gpu_ids()
+    if not gpu_ids:  # no GPU assigned: never touch one another trial may hold (device=auto)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    meta = {"node": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "gpu_ids": ",".join(str(g) for g in gpu_ids)}
+    last = p["max_failures"] + 1
+    pending = list(p["members"])
+    for attempt in range(1, last + 1):
+        started = time.time()
+        out = _attempt(p, blobs or {}, pending)
+        out["meta"] = {**meta, "started_at": started, "finished_at": time.time(),
+                       "trial_s": out.pop("trial_s")}
+        failed = {m["trial_id"] for m in out["members"] if m["status"] != "ok"}
+        retry = {m["trial_id"] for m in out["members"]
+                 if m["status"] != "ok" and m["retry"] and attempt < last}
+        for m in out["members"]:
+            m["final"] = m["trial_id"] not in retry
+        out["final"] = not retry
+        out["status"] = "ok" if not failed else "failed"
+        tune.report({"payload": pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL),
+                     "trial_status": out["status"]})
+        if not retry:
+            return
+        pending = [m for m in pending if m["trial_id"] in retry]
