@@ -21,12 +21,11 @@ from ablate.errors import ConfigError
 from ablate.runner.study import (
     RUN_KEYS,
     STUDY_KEYS,
-    TRIAL_KINDS,
     build_study,
     fixed_axes,
     list_studies,
-    load_attr,
     load_spec,
+    trial_kind,
     trial_table,
 )
 
@@ -75,7 +74,7 @@ def help_text(study: str | None = None) -> str:
         lines.append(f"  {k + '=':<18} {h} (default {d})")
     lines += ["", "trial axes (graph trials; null = the dataset's reference recipe):"]
     choices = _choices()
-    for name, typ, doc in _field_docs(load_attr(TRIAL_KINDS["graph"].config)):
+    for name, typ, doc in _field_docs(trial_kind("graph").config):
         if name in ("study", "seeds", "data_params", "extra"):
             continue
         allowed = "|".join(choices[name]) if name in choices else _pretty(typ)

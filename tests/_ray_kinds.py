@@ -136,3 +136,41 @@ def config_error_trial(cfg):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"attempt-{cfg.seeds[0]}-{time.time_ns()}").touch()
     raise ValueError("injected: kl_weight cannot be used with this scorer")
+
+
+# ----------------------------------------------------------------------------- the kinds
+# Graph trials run by the functions above; the tests register them by path
+# (`TRIAL_KINDS["faulty"] = "_ray_kinds:FAULTY"`), so Ray workers import the same objects.
+
+
+def _graph_kind():
+    from ablate.trial.graph import GraphKind
+
+    return GraphKind
+
+
+class _FunctionKind(_graph_kind()):
+    """The graph kind whose trials run `run` (and packs `pack`; none: every trial alone)."""
+
+    def __init__(self, name: str, run, pack=None, datasets: bool = True, resolve: bool = True):
+        self.name, self._run, self._pack = name, run, pack
+        self.datasets, self._resolve = datasets, resolve
+
+    def resolve(self, cfg):
+        return super().resolve(cfg) if self._resolve else cfg
+
+    def run(self, cfg):
+        return self._run(cfg)
+
+    def pack_key(self, cfg):
+        return super().pack_key(cfg) if self._pack else None
+
+    def run_pack(self, cfgs):
+        return self._pack(cfgs)
+
+
+FAULTY = _FunctionKind("faulty", faulty_trial)
+HELD = _FunctionKind("held", held_trial)
+BARRIER = _FunctionKind("barrier", barrier_trial, datasets=False, resolve=False)
+FAULTY_PACK = _FunctionKind("faultypack", faulty_trial, pack=faulty_pack)
+CONFIG_ERROR = _FunctionKind("cfgerr", config_error_trial)

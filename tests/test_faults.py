@@ -28,7 +28,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ablate.runner.driver import run_study  # noqa: E402
 from ablate.runner.ray_env import gpus_per_trial, start_ray  # noqa: E402
 from ablate.runner.store import FAILURES, Store, read_trials  # noqa: E402
-from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
+from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, build_study, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -39,12 +39,9 @@ COLORS_SPLITS = {"val", "test_orig", "test_large", "test_largec"}
 @pytest.fixture
 def env(ray_env, monkeypatch):
     """`ray_env` plus the test trial kinds (importable by the driver and the workers)."""
-    monkeypatch.setitem(TRIAL_KINDS, "faulty", TrialKind(
-        "ablate.config:TrialConfig", "_ray_kinds:faulty_trial", "ablate.config:resolve"))
-    monkeypatch.setitem(TRIAL_KINDS, "held", TrialKind(
-        "ablate.config:TrialConfig", "_ray_kinds:held_trial", "ablate.config:resolve"))
-    monkeypatch.setitem(TRIAL_KINDS, "barrier", TrialKind(
-        "ablate.config:TrialConfig", "_ray_kinds:barrier_trial", None, datasets=False))
+    monkeypatch.setitem(TRIAL_KINDS, "faulty", "_ray_kinds:FAULTY")
+    monkeypatch.setitem(TRIAL_KINDS, "held", "_ray_kinds:HELD")
+    monkeypatch.setitem(TRIAL_KINDS, "barrier", "_ray_kinds:BARRIER")
     return ray_env
 
 

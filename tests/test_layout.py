@@ -125,3 +125,14 @@ def test_every_module_says_what_it_holds():
             if not tree.body:
                 continue  # an empty package marker
             assert ast.get_docstring(tree), f"{module}: no docstring saying what it holds"
+
+
+def test_the_public_entry_points_keep_their_names():
+    import ablate.data
+    import ablate.train
+    import ablate.trial.graph
+
+    assert ablate.train.run_trial is ablate.trial.graph.run_trial  # the documented old path
+    assert ablate.train.run_trial_full is ablate.trial.graph.run_trial_full
+    assert callable(ablate.data.load_dataset)
+    assert (ROOT / "ablate" / "run.py").is_file() and (ROOT / "analysis" / "report.py").is_file()

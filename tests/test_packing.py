@@ -20,7 +20,7 @@ from ablate.runner.driver import run_study  # noqa: E402
 from ablate.runner.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
 from ablate.runner.ray_env import start_ray  # noqa: E402
 from ablate.runner.store import read_trials  # noqa: E402
-from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, build_study, expand  # noqa: E402
+from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, build_study, expand  # noqa: E402
 from ablate.trial.graph import run_trial_full  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -30,9 +30,7 @@ TINY = {"n_train": 40, "n_val": 40, "n_test": 40, "n_max_large": 40}
 
 @pytest.fixture
 def env(ray_env, monkeypatch):
-    monkeypatch.setitem(TRIAL_KINDS, "faultypack", TrialKind(
-        "ablate.config:TrialConfig", "_ray_kinds:faulty_trial", "ablate.config:resolve",
-        pack="_ray_kinds:faulty_pack"))
+    monkeypatch.setitem(TRIAL_KINDS, "faultypack", "_ray_kinds:FAULTY_PACK")
     return ray_env
 
 

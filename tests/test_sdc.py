@@ -288,9 +288,6 @@ def test_short_training_reaches_high_accuracy_with_low_focus() -> None:
 def test_study_file_expands(monkeypatch) -> None:
     from ablate.runner import study
 
-    monkeypatch.setitem(study.TRIAL_KINDS, "sdc", study.TRIAL_KINDS.get("sdc") or study.TrialKind(
-        "ablate.trial.sdc:SDCConfig", "ablate.trial.sdc:run_sdc_trial_full", "ablate.trial.sdc:resolve",
-        datasets=False))
     s, _ = study.build_study("sdc")
     cfgs = [t.config for t in s.trials]
     assert len(cfgs) == 5 * 5 * 5 and len({t.trial_id for t in s.trials}) == len(cfgs)
@@ -300,3 +297,20 @@ def test_study_file_expands(monkeypatch) -> None:
         ("digits", "input"), ("digits", "hidden"), ("synthetic_linear", "input"),
         ("synthetic_nonlinear", "input"), ("synthetic_k6", "input")}
     assert len({c.seeds for c in cfgs}) >= 3
+
+
+def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path) -> None:
+    """The runner writes a failed trial's rows from its kind's columns ('dataset' included,
+    which `analysis.load` requires of every trial file)."""
+    from ablate.runner.store import Store
+    from ablate.runner.study import build_study
+    from ablate.runner.tune_callback import StoreCallback
+    from analysis.load import load_study
+
+    s, _ = build_study("sdc", ["task=digits", "seed=0"])
+    t = s.trials[0]
+    store = Store(tmp_path, "sdc")
+    cb = StoreCallback(store, {t.trial_id: t}, {}, None, {})
+    store.write(t.trial_id, cb.error_rows(t.trial_id, "error", "RuntimeError: boom"))
+    df = load_study("sdc", tmp_path / "sdc").trials  # refuses files without 'dataset'
+    assert set(df["status"]) == {"error"} and set(df["dataset"]) == {t.config.dataset}

@@ -24,7 +24,7 @@ from ablate.run import main  # noqa: E402
 from ablate.runner.driver import run_study  # noqa: E402
 from ablate.runner.ray_env import clean_tune_leftovers, start_ray  # noqa: E402
 from ablate.runner.store import PLAN, Store, StoreError, read_trials  # noqa: E402
-from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, TrialKind, expand  # noqa: E402
+from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -115,8 +115,7 @@ def _study(name, kind="graph", fixed=None, seeds=(0,), **settings) -> Study:
 
 
 def test_a_deterministic_error_is_not_retried_and_is_explained(tmp_path, monkeypatch):
-    monkeypatch.setitem(TRIAL_KINDS, "cfgerr", TrialKind(
-        "ablate.config:TrialConfig", "_ray_kinds:config_error_trial", "ablate.config:resolve"))
+    monkeypatch.setitem(TRIAL_KINDS, "cfgerr", "_ray_kinds:CONFIG_ERROR")
     study = _study("cfgerr", kind="cfgerr", max_failures=3,
                    fixed={"+marker_dir": str(tmp_path / "m")})
     start_ray(None)

@@ -199,8 +199,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
 
 def _payload(pack: Pack, spec, cache: str | None) -> dict:
     t = pack.trials[0]  # the trials of a pack share kind and dataset recipe
-    kind = TRIAL_KINDS[t.kind]
-    return {"trial_id": pack.pack_id, "kind": t.kind, "run": kind.run, "pack_run": kind.pack,
+    return {"trial_id": pack.pack_id, "kind": t.kind, "kind_path": TRIAL_KINDS[t.kind],
             "members": [{"trial_id": m.trial_id, "config": pickle.dumps(m.config)}
                         for m in pack.trials],
             "dataset": t.dataset, "data_params": t.data_params, "data_hash": t.data_hash,

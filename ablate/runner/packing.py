@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ablate.runner.study import TRIAL_KINDS, Trial
+from ablate.runner.study import Trial, trial_kind
 
 GPU_PACK_SEEDS = 64  # pack_size=auto on a GPU: where packed step times flatten (DESIGN.md)
 
@@ -41,11 +41,8 @@ def pack_seeds(setting: int | str, gpus_per_trial: float) -> int:
 
 def _key(t: Trial) -> tuple | None:
     """What trials must share to be packed, or None if `t` trains alone."""
-    if TRIAL_KINDS[t.kind].pack is None:
-        return None
-    from ablate.trial.packed import eligible, pack_key
-
-    return (t.kind, t.data_hash, pack_key(t.config)) if eligible(t.config) else None
+    key = trial_kind(t.kind).pack_key(t.config)
+    return None if key is None else (t.kind, t.data_hash, key)
 
 
 def make_packs(trials: list[Trial], max_seeds: int) -> list[Pack]:

@@ -21,10 +21,8 @@ starts; problems raise `ConfigError` with one line naming the valid choices.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import itertools
-import json
 import os
 import types
 import typing
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import ConfigError, choice_error
+from ablate.trial.kind import TrialKind
 
 
 def _studies_dir() -> Path:
@@ -75,24 +74,19 @@ PROGRESS_MODES = ("auto", "bar", "lines", "none")
 _SECTIONS = {"description", "kind", "fixed", "data", "grid", "variants", *STUDY_KEYS}
 
 
-@dataclass(frozen=True)
-class TrialKind:
-    """How to build, resolve and run one kind of trial (all given as 'module:attr' paths)."""
-
-    config: str  # frozen dataclass holding every axis of a trial
-    run: str  # (config) -> object with .records (list[dict]) and .curves (list[dict])
-    resolve: str | None = None  # (config) -> resolved config; raises ConfigError
-    datasets: bool = True  # trials name an ablate.data dataset (fields dataset, data_params)
-    pack: str | None = None  # (list of configs) -> one result per config, trained together
-
-
-# One line per trial kind; the runner imports these paths in the driver and the workers.
-TRIAL_KINDS: dict[str, TrialKind] = {
-    "graph": TrialKind("ablate.config:TrialConfig", "ablate.trial.graph:run_trial_full",
-                       "ablate.config:resolve", pack="ablate.trial.graph:run_pack_full"),
-    "sdc": TrialKind("ablate.trial.sdc:SDCConfig", "ablate.trial.sdc:run_sdc_trial_full",
-                     "ablate.trial.sdc:resolve", datasets=False),
+# One line per trial kind: the 'module:attr' path of its `ablate.trial.kind.TrialKind`
+# instance. The driver and the Ray workers (which get the path in the payload) import it.
+TRIAL_KINDS: dict[str, str] = {
+    "graph": "ablate.trial.graph:KIND",
+    "sdc": "ablate.trial.sdc:KIND",
 }
+
+
+def trial_kind(name: str) -> TrialKind:
+    """The registered trial kind `name`."""
+    if name not in TRIAL_KINDS:
+        raise choice_error("trial kind", name, TRIAL_KINDS)
+    return load_attr(TRIAL_KINDS[name])
 
 
 def load_attr(path: str) -> Any:
@@ -169,21 +163,28 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def load_spec(name: str, directory: Path | None = None) -> StudySpec:
-    """Read studies/NAME.yaml into a `StudySpec` (no overrides yet)."""
+def study_file(name: str, directory: Path | None = None) -> dict:
+    """The sections of studies/NAME.yaml, unvalidated; every study kind (search studies
+    included) is read here. A missing study is a ConfigError naming the studies there."""
     directory = Path(directory or STUDIES_DIR)
     path = directory / f"{name}.yaml"
     if not path.is_file():
         raise choice_error("study", name, list(list_studies(directory)) or ["(none found in "
                                                                             f"{directory})"])
-    raw = _read_yaml(path)
+    return _read_yaml(path)
+
+
+def load_spec(name: str, directory: Path | None = None) -> StudySpec:
+    """Read studies/NAME.yaml into a `StudySpec` (no overrides yet)."""
+    directory = Path(directory or STUDIES_DIR)
+    path = directory / f"{name}.yaml"
+    raw = study_file(name, directory)
     unknown = sorted(set(raw) - _SECTIONS)
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {unknown}; valid: {sorted(_SECTIONS)}")
     spec = StudySpec(name=name, kind=str(raw.get("kind", "graph")),
                      description=str(raw.get("description", "")).strip())
-    if spec.kind not in TRIAL_KINDS:
-        raise choice_error("trial kind", spec.kind, TRIAL_KINDS)
+    trial_kind(spec.kind)  # a known kind, or a ConfigError naming them
     for sec in ("fixed", "data", "grid"):
         value = raw.get(sec) or {}
         if not isinstance(value, dict):
@@ -207,7 +208,7 @@ def load_spec(name: str, directory: Path | None = None) -> StudySpec:
 
 def _set_study_key(spec: StudySpec, key: str, value: Any) -> None:
     if key == "seeds":
-        spec.seeds = _seed_list(value)
+        spec.seeds = seed_list(value)
     elif key in ("seeds_per_trial", "max_failures"):
         lo = 1 if key == "seeds_per_trial" else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
@@ -229,7 +230,7 @@ def _set_study_key(spec: StudySpec, key: str, value: Any) -> None:
         setattr(spec, key, value)
 
 
-def _seed_list(value: Any) -> list[int]:
+def seed_list(value: Any) -> list[int]:
     """Seeds from a list, an int, or a string in Hydra's sweep syntax ('range(0,10)', '0,1')."""
     if isinstance(value, str):
         from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -251,17 +252,26 @@ def _seed_list(value: Any) -> list[int]:
 # ----------------------------------------------------------------------------- overrides
 
 
-def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
-    """Apply Hydra-syntax overrides to `spec` in place; return the runner options."""
+@dataclass(frozen=True)
+class Override:
+    """One command-line override, parsed with Hydra's grammar by `parse_overrides`."""
+
+    key: str  # 'epochs', 'data.n_train', 'search.threshold.low' (without + or ~)
+    value: Any  # the value; every value of a sweep (a list); None for a deletion
+    sweep: bool = False  # key=a,b or key=range(0,10)
+    delete: bool = False  # ~key
+    add: bool = False  # +key=value or ++key=value
+
+
+def parse_overrides(overrides: list[str]) -> list[Override]:
+    """Parse ``key=value`` overrides with Hydra's grammar, sweeps expanded (every study kind)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    options = {k: d for k, (d, _) in RUN_KEYS.items()}
-    options["study"] = spec.name
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception as e:
         raise ConfigError(f"cannot parse overrides: {str(e).splitlines()[0]}") from None
-    fields = _config_fields(spec.kind)
+    out = []
     for o in parsed:
         key = o.key_or_group
         sweep = o.is_sweep_override()
@@ -274,24 +284,35 @@ def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
             if not values:
                 raise ConfigError(f"{key}: the sweep is empty")
         value = None if o.is_delete() else (values if sweep else o.value())
+        out.append(Override(key, value, sweep, o.is_delete(), o.is_add() or o.is_force_add()))
+    return out
+
+
+def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
+    """Apply Hydra-syntax overrides to `spec` in place; return the runner options."""
+    options = {k: d for k, (d, _) in RUN_KEYS.items()}
+    options["study"] = spec.name
+    fields = config_fields(spec.kind)
+    for o in parse_overrides(overrides):
+        key, value, sweep = o.key, o.value, o.sweep
         if key in RUN_KEYS:
-            if sweep or o.is_delete():
+            if sweep or o.delete:
                 raise ConfigError(f"{key} takes a single value")
             options[key] = _run_option(key, value)
         elif key in ("seed", "seeds"):
-            spec.seeds = _seed_list([0] if o.is_delete() else value)
+            spec.seeds = seed_list([0] if o.delete else value)
             for v in spec.variants:  # the command line wins over per-variant seeds
                 v.pop("seeds", None)
         elif key in STUDY_KEYS:
             if sweep:
                 raise ConfigError(f"{key} takes a single value")
-            _set_study_key(spec, key, STUDY_KEYS[key][0] if o.is_delete() else value)
+            _set_study_key(spec, key, STUDY_KEYS[key][0] if o.delete else value)
         elif key.startswith("data."):
-            _set_axis(spec, key, value, sweep, o.is_delete(), spec.data, key[5:])
+            _set_axis(spec, key, value, sweep, o.delete, spec.data, key[5:])
         elif key in fields and key not in ("study", "seeds", "data_params", "extra"):
-            _set_axis(spec, key, value, sweep, o.is_delete(), spec.fixed, key)
-        elif o.is_add() or o.is_force_add():  # +new=value: a free-form axis (TrialConfig.extra)
-            _set_axis(spec, "+" + key, value, sweep, o.is_delete(), spec.fixed, "+" + key)
+            _set_axis(spec, key, value, sweep, o.delete, spec.fixed, key)
+        elif o.add:  # +new=value: a free-form axis (TrialConfig.extra)
+            _set_axis(spec, "+" + key, value, sweep, o.delete, spec.fixed, "+" + key)
         else:
             valid = sorted([*RUN_KEYS, *STUDY_KEYS, "seed", *(
                 f for f in fields if f not in ("study", "seeds", "data_params", "extra"))])
@@ -330,9 +351,9 @@ def _run_option(key: str, value: Any) -> Any:
 # ----------------------------------------------------------------------------- expansion
 
 
-def _config_fields(kind: str) -> dict[str, Any]:
+def config_fields(kind: str) -> dict[str, Any]:
     """Field name -> type hint of the kind's config dataclass."""
-    cls = load_attr(TRIAL_KINDS[kind].config)
+    cls = trial_kind(kind).config
     hints = typing.get_type_hints(cls)
     return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
 
@@ -395,7 +416,7 @@ def _freeze(value: Any) -> Any:
 
 def make_config(kind: str, axes: dict) -> Any:
     """Build the kind's config dataclass from raw axis values (type-checked, not resolved)."""
-    fields = _config_fields(kind)
+    fields = config_fields(kind)
     kwargs: dict[str, Any] = {}
     data, extra = {}, {}
     for key, value in axes.items():
@@ -419,44 +440,31 @@ def make_config(kind: str, axes: dict) -> Any:
         if "extra" not in fields:
             raise ConfigError(f"trial kind {kind!r} takes no +new=value axes")
         kwargs["extra"] = tuple(sorted((k, _freeze(v)) for k, v in extra.items()))
-    return load_attr(TRIAL_KINDS[kind].config)(**kwargs)
+    return trial_kind(kind).config(**kwargs)
 
 
 def resolve_config(kind: str, cfg: Any) -> Any:
-    k = TRIAL_KINDS[kind]
-    return load_attr(k.resolve)(cfg) if k.resolve else cfg
-
-
-def _generic_id(cfg: Any, kind: str) -> str:
-    from ablate.config import axes
-
-    a = axes(cfg)
-    for k in ("study", "device"):
-        a.pop(k, None)
-    blob = json.dumps({"kind": kind, "cfg": a}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    """`cfg` with its kind's recipe defaults filled in, validated (raises ConfigError)."""
+    return trial_kind(kind).resolve(cfg)
 
 
 def make_trial(kind: str, cfg: Any) -> Trial:
     """Resolve and validate `cfg`, and compute its trial id (config + dataset recipe hash)."""
-    cfg = resolve_config(kind, cfg)
-    if not TRIAL_KINDS[kind].datasets:
-        return Trial(_generic_id(cfg, kind), kind, cfg)
-    from ablate.config import trial_id
-    from ablate.data import dataset_recipe_hash
-
-    params = dict(cfg.data_params)
+    k = trial_kind(kind)
+    cfg = k.resolve(cfg)
+    if not k.datasets:
+        return Trial(k.trial_id(cfg, None), kind, cfg)
     try:
-        data_hash = dataset_recipe_hash(cfg.dataset, params)
+        data_hash = k.data_hash(cfg)
     except ConfigError as e:
         raise ConfigError(f"data.*: {e}") from None
-    return Trial(trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
+    return Trial(k.trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
 
 
 def _drop_unused_required(kind: str, axes: dict) -> dict:
     """A required dataset parameter (``data.KEY: ???``) the trial's dataset does not take is
     dropped: `study=mnist dataset=digits_sp` (offline digits) needs no MNIST path."""
-    if not TRIAL_KINDS[kind].datasets or not isinstance(axes.get("dataset"), str):
+    if not trial_kind(kind).datasets or not isinstance(axes.get("dataset"), str):
         return axes
     from ablate.data import DATASETS, dataset_params
 
@@ -477,7 +485,7 @@ def expand(spec: StudySpec) -> list[Trial]:
     trials: dict[str, Trial] = {}
     for variant in spec.variants or [{}]:
         variant = dict(variant)
-        seeds = _seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
+        seeds = seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
         chunks = [tuple(seeds[i:i + step]) for i in range(0, len(seeds), step)]
         for combo in combos:
             base = _drop_unused_required(spec.kind, {**fixed, **variant, **combo})
@@ -504,15 +512,14 @@ def trial_table(study: Study, done: set[str] = frozenset()):
     """The trials as a DataFrame: trial_id, the axes that vary, seeds, and whether done."""
     import pandas as pd
 
-    from ablate.config import axes, inapplicable
-
     rows = []
     for t in study.trials:
-        a = axes(t.config)
+        kind = trial_kind(t.kind)
+        a = kind.columns(t.config)
         a.pop("study", None)
-        if hasattr(t.config, "pool_layers"):  # graph trials: blank what does not apply
-            for k in inapplicable(t.config):
-                a[k] = None
+        for k in kind.inapplicable(t.config):  # blank what does not change this trial
+            a[k] = None
+        if "pool_layers" in a:
             a["pool_layers"] = a["pool_layers"] or "global"
         a["seeds"] = _seed_text(getattr(t.config, "seeds", ()))
         rows.append({"trial_id": t.trial_id, **a, "done": t.trial_id in done})
@@ -538,15 +545,13 @@ def _seed_text(seeds) -> str:
 
 def fixed_axes(study: Study) -> dict:
     """Axes with one value across every trial (shown above the dry-run table)."""
-    from ablate.config import axes, inapplicable
-
     if not study.trials:
         return {}
     rows = []
     for t in study.trials:
-        a = axes(t.config)
-        skip = inapplicable(t.config) if hasattr(t.config, "pool_layers") else set()
-        rows.append({k: v for k, v in a.items() if k not in skip})
+        kind = trial_kind(t.kind)
+        skip = kind.inapplicable(t.config)
+        rows.append({k: v for k, v in kind.columns(t.config).items() if k not in skip})
     out = {}
     for k in rows[0].keys() | {k for r in rows for k in r}:
         values = {str(r[k]) for r in rows if k in r}
@@ -554,5 +559,5 @@ def fixed_axes(study: Study) -> dict:
             v = next(r[k] for r in rows if k in r)
             if v not in ("{}", ""):
                 out[k] = v
-    order = list(axes(study.trials[0].config))
+    order = list(trial_kind(study.trials[0].kind).columns(study.trials[0].config))
     return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from ray import tune
 
+from ablate.runner.study import trial_kind
+
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial as TuneTrial
 
@@ -58,7 +60,7 @@ class StoreCallback(tune.Callback):
         for m in out["members"]:
             tid = m["trial_id"]
             records = m["records"] if m["status"] != "error" else []
-            rows = records or self._error_rows(tid, m["status"], m["error"])
+            rows = records or self.error_rows(tid, m["status"], m["error"])
             attempt = self._write(tid, rows, m["curves"] if records else [], out["meta"],
                                   pack_id)
             if attempt is None:  # not stored: the trial stays to do, the study stops
@@ -94,7 +96,7 @@ class StoreCallback(tune.Callback):
         for tid in self.packs[pack_id]:
             if tid in self.final:  # already recorded as finished
                 continue
-            attempt = self._write(tid, self._error_rows(tid, "error", error), [], {}, pack_id)
+            attempt = self._write(tid, self.error_rows(tid, "error", error), [], {}, pack_id)
             if attempt is None:
                 continue
             self._log(tid, attempt, "error", error, {})
@@ -106,11 +108,9 @@ class StoreCallback(tune.Callback):
                 self.retries += 1
                 self.display.retry(tid)
 
-    def _error_rows(self, tid: str, status: str, error: str) -> list[dict]:
-        from ablate.config import axes
-
+    def error_rows(self, tid: str, status: str, error: str) -> list[dict]:
         t = self.trials[tid]
-        base = axes(t.config)
+        base = trial_kind(t.kind).columns(t.config)  # every axis, 'dataset' included
         if t.data_hash:
             base["dataset_hash"] = t.data_hash
         splits = self.splits.get(t.data_hash) or list(getattr(t.config, "eval_splits", [""]))

@@ -50,11 +50,12 @@ def _ensure_dataset(p: dict, blobs: dict) -> None:
     atomic_write(path, lambda f: f.write(data))  # a concurrent loader sees no or all bytes
 
 
-def _trial_function(path: str):
-    fn = _WORKER_STATE.get(path)
-    if fn is None:
-        fn = _WORKER_STATE[path] = load_attr(path)
-    return fn
+def _trial_kind(path: str):
+    """The trial kind at 'module:attr' `path`, imported once per worker process."""
+    kind = _WORKER_STATE.get(path)
+    if kind is None:
+        kind = _WORKER_STATE[path] = load_attr(path)
+    return kind
 
 
 def _error_text(e: BaseException) -> str:
@@ -93,10 +94,11 @@ def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
         _ensure_dataset(p, blobs)
         cfgs = [pickle.loads(m["config"]) for m in members]
         t0 = time.perf_counter()
-        if len(cfgs) > 1:  # several trials trained together (the kind's pack function)
-            results = _trial_function(p["pack_run"])(cfgs)
+        kind = _trial_kind(p["kind_path"])
+        if len(cfgs) > 1:  # several trials trained together (the kind's pack)
+            results = kind.run_pack(cfgs)
         else:
-            results = [_trial_function(p["run"])(cfgs[0])]
+            results = [kind.run(cfgs[0])]
         out["trial_s"] = time.perf_counter() - t0
         out["members"] = [_member_outcome(m["trial_id"], r) for m, r in zip(members, results)]
     except Exception as e:
