@@ -185,16 +185,27 @@ def _read(folder: Path, files: list[Path], required: tuple[str, ...], wanted: se
     return df
 
 
+def replace_file(path: Path, write) -> Path:
+    """`write(temp path)` beside `path`, then rename it over `path` (readers see the old file
+    or the whole new one). The analysis's one atomic writer: it imports nothing from
+    `ablate`, whose writers use `ablate.atomic`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def _write_cache(cache_dir: Path, folder: Path, table: pa.Table, manifest: dict) -> None:
     table_p, manifest_p = _cache_paths(cache_dir, folder)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = table_p.with_name(table_p.name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, table_p)
-        tmp = manifest_p.with_name(manifest_p.name + ".tmp")
-        tmp.write_text(json.dumps(manifest))
-        os.replace(tmp, manifest_p)
+        replace_file(table_p, lambda tmp: pq.write_table(table, tmp))
+        replace_file(manifest_p, lambda tmp: tmp.write_text(json.dumps(manifest)))
     except OSError:
         pass  # a cache is an optimisation only
 

@@ -11,13 +11,14 @@ cos(p_init, p_opt), so every figure of the report has something to show.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from analysis.load import replace_file
 
 SIZE_BINS = ((1, 25), (26, 50), (51, 100), (101, 200))
 MASS_T = tuple(round(t, 2) for t in np.linspace(0.05, 0.95, 19))
@@ -52,11 +53,7 @@ def trial_record(**overrides: object) -> dict:
 
 
 def _atomic_write(table: pa.Table, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
-    return path
+    return replace_file(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def write_trials(root: str | Path, study: str, rows: Iterable[dict]) -> list[Path]:
