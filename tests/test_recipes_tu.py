@@ -95,10 +95,10 @@ def test_tu_search_spec_tunes_the_reference_space(tu_dir):
 
 
 def test_cv_folds_partition_train_and_val(tu_dir):
-    from ablate.runner.search import _search_splits, arm_config, cv_splits, load_search_spec, objective
+    from ablate.runner.search import arm_config, cv_splits, load_search_spec, objective, search_splits
 
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY])
-    splits = _search_splits(arm_config(spec, "proteins_weak"))
+    splits = search_splits(arm_config(spec, "proteins_weak"))
     pool = sorted(np.concatenate([splits["train"].num_nodes, splits["val"].num_nodes]))
     folds = cv_splits(splits, 3)
     assert len(folds) == 3 and all(set(f) == {"train", "val"} for f in folds)
@@ -116,12 +116,12 @@ def test_cv_folds_partition_train_and_val(tu_dir):
 
 
 def test_train_jointly_one_member_per_fold_and_seed(tu_dir):
-    from ablate.runner.search import _search_splits, arm_config, cv_splits, load_search_spec, train_jointly
+    from ablate.runner.search import arm_config, cv_splits, load_search_spec, search_splits, train_jointly
 
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY, "epochs=2", "seeds=[0,1]"])
     cfg = arm_config(spec, "proteins_weak", threshold=0.01, scorer="fc_hidden")
     seen = []
-    train_jointly(cfg, cv_splits(_search_splits(cfg), 2), lambda e, accs: seen.append((e, len(accs))))
+    train_jointly(cfg, cv_splits(search_splits(cfg), 2), lambda e, accs: seen.append((e, len(accs))))
     assert seen == [(1, 4), (2, 4)]
 
 

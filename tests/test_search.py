@@ -1,7 +1,9 @@
-"""Optuna threshold search through Ray Tune (ablate.runner.search): splits, resume after SIGKILL, optimum."""
+"""Optuna search through Ray Tune (ablate.runner.search): composition of a search spec, splits,
+store rows, resume and cap, final evaluation, resume after SIGKILL, optimum."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from ablate.errors import ConfigError
+
 TINY = ["data.n_train=40", "data.n_val=40", "data.n_test=40", "data.n_max_large=40"]
 ROOT = Path(__file__).resolve().parents[1]
+COLORS_SPLITS = {"val", "test_orig", "test_large", "test_largec"}
 
 
 @pytest.fixture(autouse=True)
@@ -20,18 +25,143 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+@pytest.mark.parametrize("overrides", [
+    ["seed=range(0,3)", "data.n_train=200", "epochs=4", "+note=hi"],
+    ["seeds=[0,1,2]", "data.n_train=200", "epochs=4", "+note=hi"],
+    ["seed=0,1,2", "data.n_train=200", "++note=hi", "epochs=4.0"],
+])
+def test_search_spec_takes_the_override_forms_of_every_study(overrides):
+    """One grammar: the same overrides give the same seeds and axes in a search study as in an
+    ordinary study (both composed by ablate.runner.study)."""
+    from ablate.runner.search import arm_config, load_search_spec
+    from ablate.runner.study import build_study
+
+    study, _ = build_study("threshold", overrides)
+    spec = load_search_spec("threshold_search", overrides)
+    ordinary = study.trials[0].config
+    searched = arm_config(spec, "colors_chebygin_unsup")
+    assert spec.seeds == study.spec.seeds == [0, 1, 2]
+    for axis in ("data_params", "extra", "epochs", "dataset"):
+        assert getattr(searched, axis) == getattr(ordinary, axis), axis
+    assert searched.data_kwargs["n_train"] == 200 and dict(searched.extra) == {"note": "hi"}
+
+
+def test_search_spec_keys_sections_and_errors():
+    from ablate.runner.search import build_space, final_config, load_search_spec
+    from ablate.runner.study import build_study
+
+    spec = load_search_spec("threshold_search", [
+        "search.threshold.low=1e-3", "~search.ratio", "arms=colors_chebygin_sup,colors_chebygin_unsup",
+        "final_seeds=range(100,105)", "final_data.n_test=60", "max_trials=null", "n_trials=7",
+        "data.n_train=200", "~data.n_train", "dry_run=true", "study=threshold_search"])
+    assert list(spec.arms) == ["colors_chebygin_sup", "colors_chebygin_unsup"]
+    assert spec.search["threshold"]["low"] == 1e-3 and "ratio" not in spec.search
+    assert (spec.final_seeds, spec.max_trials, spec.n_trials, spec.dry_run) == (
+        [100, 101, 102, 103, 104], None, 7, True)
+    assert spec.data == {} and spec.final_data == {"n_test": 60}
+    cfg = final_config(spec, "colors_chebygin_sup")
+    assert cfg.data_kwargs["n_test"] == 60 and cfg.seeds == (100, 101, 102, 103, 104)
+    assert build_space(spec.search, cfg)["threshold"].low == 1e-3
+    for bad, words in [(["bogus=1"], ["unknown key 'bogus'", "valid keys", "n_trials", "epochs"]),
+                       (["arms=nope"], ["unknown arm 'nope'", "colors_chebygin_sup"]),
+                       (["backbone=gin,gcn"], ["single value"]),
+                       (["n_trials=-1"], ["n_trials"]),
+                       (["search.depth.low=1"], ["search.PARAM.KEY"]),
+                       (["seeds=[0]"], [">= 3 trained models"])]:
+        with pytest.raises(ConfigError) as e:
+            load_search_spec("threshold_search", bad)
+        assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), (bad, e.value)
+    for grammar_error in (["seed=range("], ["a=b=c=["]):  # one parser, one message
+        with pytest.raises(ConfigError, match="cannot parse overrides") as ordinary:
+            build_study("threshold", grammar_error)
+        with pytest.raises(ConfigError, match="cannot parse overrides") as search:
+            load_search_spec("threshold_search", grammar_error)
+        assert str(search.value) == str(ordinary.value)
+
+
+def test_cli_unknown_key_exits_2_and_dry_run_lists_arms(capsys):
+    from ablate.run import main
+
+    assert main(["study=threshold_search", "bogus=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: unknown key 'bogus'")
+    assert main(["study=threshold_search", "dry_run=true", "arms=colors_chebygin_sup",
+                 "search.threshold.low=1e-3", "epochs=50"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("colors_chebygin_sup: {'supervision': 'sup'} epochs=50")
+    assert "'threshold': (0.001, 0.1, True)" in out and "colors_chebygin_unsup" not in out
+
+
 def test_objective_sees_train_and_val_only():
     """The trainable's data: no test split is loaded, and every seed reports a val accuracy."""
-    from ablate.runner.search import _search_splits, arm_config, build_space, load_search_spec, train_jointly
+    from ablate.runner.search import arm_config, build_space, load_search_spec, search_splits, train_jointly
 
     spec = load_search_spec("threshold_search", [*TINY, "epochs=2", "arms=colors_chebygin_sup"])
     cfg = arm_config(spec, "colors_chebygin_sup", threshold=0.01)
     assert set(build_space(spec.search, cfg)) == {"threshold", "kl_weight"}
-    splits = _search_splits(cfg)
+    splits = search_splits(cfg)
     assert set(splits) == {"train", "val"}
     seen = []
     train_jointly(cfg, splits, lambda epoch, accs: seen.append((epoch, len(accs))))
     assert seen == [(1, 3), (2, 3)]
+
+
+def test_run_search_rows_resume_cap_and_final_rows(ray_env):
+    """A tiny real search in-process: one store row per member, numbered as Optuna numbers its
+    trials; a rerun continues the same Optuna study and max_trials caps it; the final
+    evaluation writes tuned and reference rows on every split."""
+    import optuna
+
+    from ablate.runner.ray_env import start_ray
+    from ablate.runner.search import (
+        best_trial,
+        final_evaluation,
+        load_search_spec,
+        open_study,
+        run_search,
+        summary,
+    )
+    from ablate.runner.store import Store
+
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [
+        *TINY, "epochs=2", f"arms={arm}", "n_trials=1", "grace_period=2",
+        "final_seeds=[5]", f"results_dir={ray_env / 'results'}"])
+    store = Store(spec.results_dir, spec.name)
+    start_ray(None)
+
+    def finished() -> dict[int, float]:
+        _, study = open_study(spec, arm)
+        return {t.number: t.params["threshold"] for t in study.get_trials()
+                if t.state == optuna.trial.TrialState.COMPLETE}
+
+    assert run_search(spec, arm, store) == 1
+    rows = store.read().query("role == 'search'")
+    assert len(rows) == 3 and set(rows.fold) == {-1} and set(rows.split) == {"val"}
+    assert sorted(rows.seed) == [0, 1, 2] and set(rows.optuna_trial) == {0}  # a row per member
+    assert rows.pruned.dtype == bool and (rows.pruned == (rows.epochs_run < 2)).all()
+
+    spec.n_trials, spec.max_trials = 2, 2  # the rerun asks for 2 more; the cap lets 1 run
+    assert run_search(spec, arm, store) == 1
+    assert run_search(spec, arm, store) == 0
+    optuna_numbers = finished()
+    assert sorted(optuna_numbers) == [0, 1]  # one Optuna study, continued
+    rows = store.read().query("role == 'search'")
+    assert sorted(rows.optuna_trial.unique()) == [0, 1] and len(rows) == 2 * 3
+    for number, g in rows.groupby("optuna_trial"):  # optuna_trial is Optuna's own number
+        assert g.threshold.iloc[0] == pytest.approx(optuna_numbers[number])
+
+    best = best_trial(store, arm)
+    final_evaluation(spec, arm, best, store)
+    final = store.read().query("role != 'search'")
+    assert set(final.role) == {"tuned", "reference"}
+    for role, g in final.groupby("role"):
+        assert set(g.split) == COLORS_SPLITS and set(g.seed) == {5}, role
+    assert set(final[final.role == "tuned"].optuna_trial) == {best["optuna_trial"]}
+    assert final[final.role == "tuned"].threshold.iloc[0] == pytest.approx(
+        best["params"]["threshold"])
+    text = summary(spec, store)
+    assert "2 search trials" in text and "tuned" in text and "reference" in text
 
 
 def _optuna_trials(db: Path) -> int:
@@ -52,15 +182,18 @@ def test_resume_after_sigkill(tmp_path):
            "max_concurrent=1", "grace_period=2", "seeds=[0,1,2]", "final_seeds=[5,6,7]"]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT)}
     db = tmp_path / "threshold_search" / "colors_chebygin_unsup" / "optuna.db"
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
-    deadline = time.time() + 150
-    while time.time() < deadline and _optuna_trials(db) < 1 and p.poll() is None:
-        time.sleep(0.5)
-    os.killpg(p.pid, signal.SIGKILL)  # the driver and the Ray processes it started
-    p.wait()
+    log = tmp_path / "first_run.log"
+    with open(log, "wb") as err:
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                             start_new_session=True)
+        deadline = time.time() + 150
+        while time.time() < deadline and _optuna_trials(db) < 1 and p.poll() is None:
+            time.sleep(0.5)
+        with contextlib.suppress(ProcessLookupError):  # it may have finished before the kill
+            os.killpg(p.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+        p.wait()
     first = _optuna_trials(db)
-    assert first >= 1, first  # on a slow machine the first run may finish before the kill
+    assert first >= 1, log.read_text()[-2000:]  # a slow machine may finish the run first
     total = max(3, first + 1)  # the rerun must add trials to the same study, not restart it
     rerun = [a if not a.startswith("max_trials=") else f"max_trials={total}" for a in cmd]
     out = subprocess.run(rerun, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -86,7 +219,9 @@ def _synthetic(config: dict) -> None:
 
 
 def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
-    """OptunaSearch (TPE, seeded) + ASHA with the spec's space gets near log10 t = -2."""
+    """OptunaSearch (TPE, seeded) + ASHA with the spec's space, given as the search's
+    define-by-run `DefineSpace`, gets near log10 t = -2; every Tune config carries its
+    Optuna trial number."""
     import math
 
     import optuna
@@ -95,14 +230,15 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.runner.search import arm_config, build_space, load_search_spec
+    from ablate.runner.search import DefineSpace, arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "arms=colors_chebygin_unsup"])
     space = build_space(spec.search, arm_config(spec, "colors_chebygin_unsup"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))  # for workers
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")  # a new local Ray, never one already running here
     try:
-        searcher = OptunaSearch(space=space, metric="val_acc", mode="max",
+        searcher = OptunaSearch(space=DefineSpace(space), metric="val_acc", mode="max",
                                 sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=5))
         grid = tune.Tuner(
             _synthetic,
@@ -115,6 +251,7 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     finally:
         ray.shutdown()
     assert abs(math.log10(best.config["threshold"]) + 2.0) < 0.3  # within a factor 2 of 0.01
+    assert sorted(r.config["optuna_trial"] for r in grid) == list(range(16))
 
 
 def test_optuna_db_appears_only_when_complete(tmp_path):
@@ -122,11 +259,11 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     half-made database, and a leftover temp file is cleared by the next run."""
     import optuna
 
-    from ablate.runner.search import _create_db
+    from ablate.runner.search import create_db
 
     db = tmp_path / "optuna.db"
     (tmp_path / ".optuna.db.999.tmp").write_bytes(b"half-made")
-    _create_db(db, "arm")
+    create_db(db, "arm")
     assert db.exists() and not list(tmp_path.glob(".*.tmp"))
     study = optuna.load_study(study_name="arm", storage=f"sqlite:///{db}")
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE

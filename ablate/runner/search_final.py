@@ -1,0 +1,128 @@
+"""After the search of an arm: its best trial, the final evaluation on fresh seeds, the summary.
+
+`best_trial` picks the best unpruned search trial from the store (the objective
+Optuna was told). `final_jobs` lists the rows the final evaluation trains on
+``final_seeds`` with the ``final_data`` recipe: ``tuned`` (that trial's values),
+``reference`` (the spec's ``reference`` axes, else the SPEC §3 threshold) and
+every baseline; `final_evaluation` trains them as Ray tasks (the trial engine's
+``run_trial_full``, every split) and writes them to the store; `summary` is the
+table printed at the end of a run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ablate.runner.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
+
+
+def best_trial(store, arm: str) -> dict | None:
+    """The best unpruned search trial of `arm` in the store (highest objective, the value Optuna
+    was told): params, objective, val accuracy mean/std over its members, optuna number."""
+    df = store.read()
+    if df.empty or "role" not in df:
+        return None
+    df = df[(df.role == "search") & (df.search_arm == arm) & (df.status == "ok")]
+    n_total, n_pruned = df.optuna_trial.nunique(), df[df.pruned.astype(bool)].optuna_trial.nunique()
+    df = df[~df.pruned.astype(bool)]
+    if df.empty:
+        return None
+    g = df.groupby("optuna_trial").agg(mean=("accuracy", "mean"), std=("accuracy", "std"),
+                                       n=("accuracy", "size"), objective=("objective", "first"))
+    g["objective"] = g["objective"].fillna(g["mean"])
+    number = int(g["objective"].idxmax())
+    row = df[df.optuna_trial == number].iloc[0]
+    return {"optuna_trial": number, "val_mean": float(g.loc[number, "mean"]),
+            "val_std": float(g.loc[number, "std"]), "objective": float(g.loc[number, "objective"]),
+            "n_trials": int(n_total), "n_pruned": int(n_pruned),
+            "params": {p: (str(row[p]) if p in CHOICES else float(row[p])) for p in PARAMS}}
+
+
+def final_jobs(spec: SearchSpec, arm: str, best: dict) -> dict:
+    """Role -> config of the final evaluation: tuned, reference (the spec's ``reference`` axes,
+    else the SPEC §3 threshold) and every baseline, on the final seeds and recipe."""
+    from ablate.config import recipe
+
+    base = arm_config(spec, arm)
+    ref = spec.reference if spec.reference is not None else {
+        "threshold": recipe(base.dataset)["thresholds"][base.supervision]}
+    jobs = {"tuned": final_config(spec, arm, **{k: v for k, v in best["params"].items()
+                                                 if k in spec.search}),
+            "reference": final_config(spec, arm, **ref)}
+    for role, overrides in spec.baselines.items():
+        jobs[role] = final_config(spec, arm, **overrides)
+    return jobs
+
+
+def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
+    """Train and evaluate the `final_jobs` configs on fresh seeds, every split (Ray tasks);
+    a row already in the store with the same config is skipped."""
+    import ray
+
+    from ablate.config import trial_id
+    from ablate.data import dataset_recipe_hash
+    from ablate.trial.graph import run_trial_full
+
+    jobs = final_jobs(spec, arm, best)
+    done = store.completed()
+    ids = {role: f"{arm}-final-{trial_id(c, dataset_recipe_hash(c.dataset, c.data_kwargs))}"
+           for role, c in jobs.items()}
+    cache = os.environ.get("ABLATE_CACHE")
+
+    @ray.remote(num_cpus=spec.cpus_per_trial)
+    def _run(cfg):
+        if cache:
+            os.environ["ABLATE_CACHE"] = cache
+        return run_trial_full(cfg)
+
+    todo = {role: _run.remote(jobs[role]) for role in jobs if ids[role] not in done}
+    for role, ref in todo.items():
+        res = ray.get(ref)
+        extra = {"search_arm": arm, "role": role, "pruned": False,
+                 "optuna_trial": best["optuna_trial"] if role == "tuned" else -1}
+        store.write(ids[role], res.records, res.curves, extra=extra)
+
+
+def summary(spec: SearchSpec, store) -> str:
+    """Per arm: tuned vs reference (and baselines), search val mean +- std, final val/test."""
+    import pandas as pd
+
+    df = store.read()
+    lines = []
+    for arm in spec.arms:
+        best = best_trial(store, arm)
+        if best is None:
+            lines.append(f"{arm}: no finished unpruned trial yet")
+            continue
+        roles = ["tuned", "reference", *spec.baselines]
+        fin = df[(df.search_arm == arm) & df.role.isin(roles)]
+        tuned_ids = fin[(fin.role == "tuned") & (fin.optuna_trial == best["optuna_trial"])].trial_id
+        fin = fin[(fin.role != "tuned") | fin.trial_id.isin(set(tuned_ids))]
+        over = (f"{spec.cv_folds}-fold CV x seeds {spec.seeds}" if spec.cv_folds
+                else f"seeds {spec.seeds}")
+        lines.append(f"== {arm}: {best['n_trials']} search trials ({best['n_pruned']} pruned by ASHA), "
+                     f"best #{best['optuna_trial']} "
+                     f"(objective {best['objective']:.3f}; val {best['val_mean']:.3f} +- "
+                     f"{best['val_std']:.3f} over {over}); final seeds {spec.final_seeds}"
+                     + (f", final recipe {spec.final_data}" if spec.final_data else ""))
+        rows = []
+        for role in roles:
+            part = fin[fin.role == role]
+            if part.empty:
+                continue
+            r = {"config": role, "threshold": f"{part.threshold.iloc[0]:.4g}"}
+            for p in build_space(spec.search, arm_config(spec, arm)):
+                if p != "threshold":
+                    v = part[p].iloc[0]
+                    r[p] = v if isinstance(v, str) else f"{v:.4g}"
+            r["search val"] = (f"{best['val_mean']:.3f}+-{best['val_std']:.3f}" if role == "tuned"
+                               else "-")
+            order = sorted(part.split.unique(), key=lambda x: (x != "val", x))
+            for split in order:
+                g = part[part.split == split]
+                name = "val (in train)" if split == "val" and spec.final_data.get("final") else split
+                r[name] = f"{g.accuracy.mean():.3f}+-{g.accuracy.std():.3f}"
+            rows.append(r)
+        if rows:
+            lines.append(pd.DataFrame(rows).to_string(index=False))
+    return "\n".join(lines)

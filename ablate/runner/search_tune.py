@@ -1,0 +1,188 @@
+"""The search of one arm (the driver side): a persistent Optuna study driven through Ray Tune.
+
+`run_search` runs Ray Tune with ``OptunaSearch`` (TPE, seeded) and ASHA over the
+arm's space; every Tune trial runs `search_trial.search_trainable`. The Optuna
+study lives in ``RESULTS/STUDY/ARM/optuna.db`` (SQLite, `open_study`): a rerun
+adds ``n_trials`` more, or tops the study up to ``max_trials`` finished trials.
+Each finished Tune trial is written to the study's Parquet store as it ends,
+one row per member (`StoreWriter`).
+
+The Optuna trial number reaches Tune through Optuna's public define-by-run API:
+`DefineSpace` suggests the arm's parameters on the Optuna trial Tune asked for
+and returns ``{"optuna_trial": trial.number}``, which OptunaSearch merges into
+the Tune trial's config; the store's ``optuna_trial`` column is read from there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.runner.search_spec import (
+    METRIC,
+    MODE,
+    PARAMS,
+    SearchSpec,
+    arm_config,
+    build_space,
+    members,
+)
+
+
+@dataclass
+class DefineSpace:
+    """Optuna define-by-run search space for ``OptunaSearch``: suggests every distribution of
+    `space` on the trial and returns its number as the constant ``optuna_trial``."""
+
+    space: dict  # name -> optuna distribution (`build_space`)
+
+    def __call__(self, trial) -> dict:
+        from optuna.distributions import CategoricalDistribution
+
+        for name, d in self.space.items():
+            if isinstance(d, CategoricalDistribution):
+                trial.suggest_categorical(name, list(d.choices))
+            else:
+                trial.suggest_float(name, d.low, d.high, log=d.log)
+        return {"optuna_trial": trial.number}
+
+
+def db_path(spec: SearchSpec, arm: str) -> Path:
+    """The SQLite file of the arm's Optuna study."""
+    return Path(spec.results_dir) / spec.name / arm / "optuna.db"
+
+
+def create_db(db: Path, arm: str) -> None:
+    """Create the Optuna SQLite file with `ablate.atomic.atomic_file` (built under a temp name,
+    then renamed into place).
+
+    Optuna builds its schema in several statements; a driver killed in between would
+    leave a half-made database that no rerun can open. Temp files a killed run left are removed.
+    """
+    import optuna
+
+    from ablate.atomic import atomic_file, stale_temps
+
+    for old in stale_temps(db):
+        old.unlink(missing_ok=True)
+
+    def make(tmp: Path) -> None:
+        storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}")
+        optuna.create_study(storage=storage, study_name=arm, direction="maximize")
+        storage.engine.dispose()
+
+    atomic_file(db, make)
+
+
+def open_study(spec: SearchSpec, arm: str):
+    """The arm's persistent Optuna study (SQLite); stale RUNNING trials of a killed run become FAIL."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    db = db_path(spec, arm)
+    if not db.exists():
+        create_db(db, arm)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
+    study = optuna.create_study(storage=storage, study_name=arm, direction="maximize",
+                                load_if_exists=True)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    return storage, study
+
+
+def store_writer(store, spec: SearchSpec, arm: str, epochs: int):
+    """A Tune callback that writes each finished search trial to the Parquet store (one row
+    per member) and lists the Optuna numbers it wrote in ``.written``."""
+    from ray import tune
+
+    from ablate.config import axes
+
+    class StoreWriter(tune.Callback):
+        def __init__(self):
+            self.last: dict[str, dict] = {}
+            self.written: list[int] = []
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            self.last[trial.trial_id] = result
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self.write(trial, "ok", "")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self.write(trial, "error", "trial raised (see Ray logs)")
+
+        def write(self, trial, status: str, error: str) -> None:
+            res = self.last.get(trial.trial_id, {})
+            number = int(trial.config.get("optuna_trial", -1))
+            params = {k: trial.config[k] for k in PARAMS if k in trial.config}
+            cfg = arm_config(spec, arm, **params)
+            who = members(spec, cfg)
+            accs = json.loads(res.get("seed_accs", "[]")) or [math.nan] * len(who)
+            epoch = int(res.get("epoch", 0))
+            common = {**axes(cfg), "search_arm": arm, "role": "search", "optuna_trial": number,
+                      "pruned": bool(status == "ok" and epoch < epochs), "epochs_run": epoch,
+                      "objective": float(res.get(METRIC, math.nan))}
+            rows = [{**common, "seed": s, "fold": f, "split": "val", "accuracy": float(a),
+                     "status": status, "error": error} for (f, s), a in zip(who, accs)]
+            store.write(f"{arm}-trial{number:05d}", rows)
+            self.written.append(number)
+
+    return StoreWriter()
+
+
+def trials_to_run(spec: SearchSpec, study) -> int:
+    """New trials for this run: ``n_trials``, capped so that COMPLETE ones reach ``max_trials``."""
+    import optuna
+
+    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+    n_new = int(spec.n_trials)
+    if spec.max_trials is not None:
+        n_new = min(n_new, int(spec.max_trials) - done)
+    return max(n_new, 0)
+
+
+def run_search(spec: SearchSpec, arm: str, store) -> int:
+    """Run this arm's Optuna/Tune search (n_trials more, up to max_trials); the trials written.
+
+    Needs a running Ray (`ablate.runner.ray_env.start_ray`)."""
+    import optuna
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    from ablate.runner.search_trial import search_trainable
+
+    cfg = arm_config(spec, arm)
+    space = build_space(spec.search, cfg)
+    storage, study = open_study(spec, arm)
+    n_new = trials_to_run(spec, study)
+    if n_new <= 0:
+        return 0
+    finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+    sampler = optuna.samplers.TPESampler(seed=int(spec.sampler_seed) + finished)
+    searcher = OptunaSearch(space=DefineSpace(space), metric=METRIC, mode=MODE, sampler=sampler,
+                            study_name=arm, storage=storage)
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=cfg.epochs,
+                              grace_period=min(int(spec.grace_period), cfg.epochs),
+                              reduction_factor=int(spec.reduction_factor))
+    writer = store_writer(store, spec, arm, cfg.epochs)
+    base = {"spec": spec, "arm": arm, "cpus": spec.cpus_per_trial,
+            "cache_dir": os.environ.get("ABLATE_CACHE")}
+    fn = tune.with_resources(tune.with_parameters(search_trainable, base=base),
+                             {"cpu": spec.cpus_per_trial})
+    with tempfile.TemporaryDirectory(prefix="ablate-search-") as tmp:
+        tune.Tuner(
+            fn,
+            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, num_samples=n_new,
+                                        search_alg=ConcurrencyLimiter(searcher, spec.max_concurrent),
+                                        scheduler=scheduler, reuse_actors=True),
+            run_config=tune.RunConfig(name=f"{spec.name}-{arm}", storage_path=tmp, verbose=0,
+                                      callbacks=[writer],
+                                      checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False)),
+        ).fit()
+    return len(writer.written)
