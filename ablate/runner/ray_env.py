@@ -112,7 +112,9 @@ def start_ray(address: str | None) -> bool:
         _quiet_logging()
         _no_colour_reset_at_exit()
         return True
-    ray.init(include_dashboard=False, **kwargs)  # sized to the machine (all CPUs, GPUs)
+    # a new Ray of this process, sized to the machine (all CPUs, GPUs); "local" never joins a
+    # Ray that something else left running on this host (that takes ray_address=auto)
+    ray.init(address="local", include_dashboard=False, **kwargs)
     _quiet_logging()  # ray.init reconfigures its loggers
     _no_colour_reset_at_exit()
     return True

@@ -59,14 +59,13 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     a row already in the store with the same config is skipped."""
     import ray
 
-    from ablate.config import trial_id
-    from ablate.data import dataset_recipe_hash
+    from ablate.runner.study import trial_kind
     from ablate.trial.graph import run_trial_full
 
+    graph = trial_kind("graph")
     jobs = final_jobs(spec, arm, best)
     done = store.completed()
-    ids = {role: f"{arm}-final-{trial_id(c, dataset_recipe_hash(c.dataset, c.data_kwargs))}"
-           for role, c in jobs.items()}
+    ids = {role: f"{arm}-final-{graph.trial_id(c, graph.data_hash(c))}" for role, c in jobs.items()}
     cache = os.environ.get("ABLATE_CACHE")
 
     @ray.remote(num_cpus=spec.cpus_per_trial)
