@@ -2,14 +2,14 @@
 
 A synthetic store with known values is written by the tests (`analysis.synthetic`),
 the report is generated once per module, and its CSV tables are checked against
-means, standard deviations, bootstrap CIs and paired p-values computed here with
-numpy (the sign-flip test by enumerating the 2^n sign patterns directly).
+means and standard deviations, paired p-values and CIs counted by hand, and Holm
+adjustments of a family with known p-values. The statistics themselves are checked
+against known answers in `test_analysis_stats.py`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import shutil
 import subprocess
@@ -115,22 +115,16 @@ def test_mean_std_match_hand_computation(report):
         assert main_csv.loc[row, "colors.test_large.std"] == pytest.approx(v.std(ddof=1))
 
 
-def test_bootstrap_ci_matches_hand_computation(report):
+def test_bootstrap_ci_of_the_cell(report):
+    """The cell's CI is the bootstrap CI of that cell's 6 runs in percent (the statistic is
+    checked against known answers in test_analysis_stats.py): a CI of other runs, of
+    fractions or of a different level would differ."""
     out, _ = report
     x = 100 * np.array(V_CG)
-    rng = np.random.default_rng(0)
-    means = x[rng.integers(0, x.size, size=(10_000, x.size), dtype=np.int32)].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
     c = _cell(out, "ChebyGIN unsup", "test_large")
-    assert (c["ci_lo"], c["ci_hi"]) == pytest.approx((lo, hi))
-    assert x.min() <= lo < x.mean() < hi <= x.max()
-
-
-def _sign_flip_exact(d: np.ndarray) -> float:
-    """Two-sided p of mean(d) = 0: the share of the 2^n sign patterns whose |sum| reaches
-    the observed |sum|."""
-    sums = np.array([np.dot(signs, d) for signs in itertools.product([-1, 1], repeat=d.size)])
-    return float(np.mean(np.abs(sums) >= abs(d.sum()) - 1e-9))
+    assert (c["ci_lo"], c["ci_hi"]) == pytest.approx(stats.bootstrap_ci(x))
+    assert x.min() <= c["ci_lo"] < x.mean() < c["ci_hi"] <= x.max()
+    assert (c["ci_lo"], c["ci_hi"]) != pytest.approx(stats.bootstrap_ci(x, level=0.9))
 
 
 def test_paired_p_values_match_hand_computation(report):
@@ -140,38 +134,52 @@ def test_paired_p_values_match_hand_computation(report):
     assert c["baseline"] == "ChebyGIN global pool" and c["axis"] == "pool_layers"
     assert c["n_pairs"] == 6 and c["delta"] == pytest.approx(d.mean())
     assert c["p"] == pytest.approx(2 / 2 ** 6)  # every difference positive
-    assert c["p"] == pytest.approx(_sign_flip_exact(d))
     # every difference positive: the 95% CI of 6 pairs is [min d, max d] (p = 2/64 < 0.05)
     assert (c["delta_lo"], c["delta_hi"]) == pytest.approx((d.min(), d.max()))
-    # mixed signs: sum = 9; 28 of the 64 sign patterns reach |sum| >= 9
+    # mixed signs, |d| = 1..6 (total 21), sum = 9: a pattern reaches |sum| >= 9 iff the |d|
+    # it negates add up to <= 6 (14 subsets of {1..6}) or >= 15 (14 more): p = 28/64
     c2 = _cell(out, "GIN unsup", "test_large")
     assert c2["baseline"] == "GIN global pool" and c2["axis"] == "pool_layers"
     assert c2["p"] == pytest.approx(28 / 64)
-    assert c2["p"] == pytest.approx(_sign_flip_exact(np.array(D_GIN, dtype=float)))
-    assert c2["delta_lo"] < 0 < c2["delta_hi"]
+    # 6 pairs: p(delta) > 0.05 as soon as one pair's difference reaches delta, so the CI
+    # is again [min d, max d]
+    assert (c2["delta_lo"], c2["delta_hi"]) == pytest.approx((min(D_GIN), max(D_GIN)))
     # the other one-axis comparison of ChebyGIN unsup: the backbone, against GIN unsup
     c3 = _cell(out, "ChebyGIN unsup", "test_large", baseline="GIN unsup")
     assert c3["axis"] == "backbone" and not c3["primary"]
 
 
 def test_holm_over_the_study(report):
+    """One Holm family per study: every finite p of the study's stats table (Holm itself is
+    checked by hand in test_analysis_stats.py); lines without a p keep none."""
     out, _ = report
     df = pd.read_csv(out / "tables" / "known__stats.csv")
-    p = df["p"].to_numpy()
-    ok = np.isfinite(p)
-    m = ok.sum()
-    order = np.argsort(p[ok], kind="stable")
-    adj = np.maximum.accumulate(np.minimum(1, (m - np.arange(m)) * p[ok][order]))
-    expected = np.empty(m)
-    expected[order] = adj
-    assert df["p_holm"].to_numpy()[ok] == pytest.approx(expected)
+    assert df["p"].notna().sum() > 2
+    np.testing.assert_allclose(df["p_holm"], stats.holm(df["p"]), rtol=1e-12)
     assert df["p_holm"].isna().equals(df["p"].isna())
 
 
-def test_holm_known_vector():
-    got = stats.holm([0.01, 0.04, 0.03, 0.005, np.nan])
-    assert got[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert np.isnan(got[4])
+def test_holm_family_of_two_known_p_values(tmp_path):
+    """global -> unsup -> sup over 6 seeds, each compared with the row one axis away:
+    unsup - global all positive (p = 2/64), sup - unsup = D_GIN / 100 (p = 28/64). Holm:
+    2/64 x 2 = 0.0625 and 28/64 x 1 = 0.4375, so unsup's raw p < 0.05 is not significant
+    and gets no marker."""
+    rows = [trial_record(trial_id=t, seed=s, split="test_large", accuracy=v[s],
+                         attn_auc_l0=float("nan"), pool_layers=pool, supervision=sup)
+            for t, v, pool, sup in (("g", B_CG, "", "unsup"), ("u", V_CG, "1", "unsup"),
+                                    ("s", [a + d / 100 for a, d in zip(V_CG, D_GIN)], "1",
+                                     "sup"))
+            for s in SEEDS]
+    write_trials(tmp_path / "res", "fam", rows)
+    write_report(tmp_path / "res", tmp_path / "out", figures=False)
+    df = pd.read_csv(tmp_path / "out" / "tables" / "fam__stats.csv").set_index("row")
+    assert df["p"].notna().sum() == 2
+    assert df.loc["ChebyGIN unsup", "baseline"] == "ChebyGIN global pool"
+    assert df.loc["ChebyGIN sup", "baseline"] == "ChebyGIN unsup"
+    assert df.loc["ChebyGIN unsup", ["p", "p_holm"]].tolist() == pytest.approx([2 / 64, 0.0625])
+    assert df.loc["ChebyGIN sup", ["p", "p_holm"]].tolist() == pytest.approx([28 / 64, 0.4375])
+    md = (tmp_path / "out" / "tables" / "fam__main.md").read_text()
+    assert md.count("↑") + md.count("↓") == 2  # the legend's own arrows only
 
 
 def test_stats_edge_cases():

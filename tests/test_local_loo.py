@@ -1,6 +1,7 @@
 """Incremental leave-one-node-out (ablate.trial.local_loo) against the dense N-copies path."""
 
 import itertools
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet
+from ablate.trial import local_loo
 from ablate.trial.batches import collate
 from ablate.trial.local_loo import loo_outputs, supports_local_loo
 from ablate.trial.weak import leave_one_out_batch, leave_one_out_dense
@@ -53,7 +55,12 @@ def assert_close_to_dense(net: GraphNet, batch, chunk_nodes: int | None = None) 
         full, loo = loo_outputs(net, batch)
         ref = net(batch.x, Graph(batch.A, batch.mask)).out
         if chunk_nodes is not None:  # several chunks give the same outputs
-            full_c, loo_c = loo_outputs(net, batch, chunk_nodes)
+            with mock.patch.object(local_loo, "_chunk", wraps=local_loo._chunk) as spy:
+                full_c, loo_c = loo_outputs(net, batch, chunk_nodes)
+            masks = [c.args[3] for c in spy.call_args_list]  # (graphs, nodes) of every chunk
+            assert len(masks) > 1, "chunk_nodes should split the batch"
+            assert sum(len(m) for m in masks) == len(batch.mask)  # every graph, once
+            assert all(m.numel() <= chunk_nodes for m in masks)  # copy slots per chunk
             torch.testing.assert_close(full_c, full, rtol=1e-6, atol=1e-6)
             torch.testing.assert_close(loo_c, loo, rtol=1e-6, atol=1e-6)
     scale = float(dense.abs().max()) + 1e-3

@@ -13,8 +13,9 @@ from ablate.models.layers import Graph, GraphLayer, chebyshev_basis, propagation
 from ablate.models.network import GraphNet
 from ablate.models.pooling import AttentionPool, kl_attention_loss, topk_keep
 from ablate.trial.batches import collate, eval_batches
+from ablate.trial.local_loo import supports_local_loo
 from ablate.trial.metrics import attention_auc, focus_true
-from ablate.trial.weak import leave_one_out_batch, weak_attention
+from ablate.trial.weak import leave_one_out_batch, leave_one_out_dense, weak_attention
 
 
 def random_graphs(G=6, n_lo=3, n_hi=9, C=4, seed=0) -> GraphSet:
@@ -154,7 +155,7 @@ def test_auc_matches_sklearn_over_pooled_nodes():
     """attn AUC pools every valid node of every graph: equal to sklearn on the flat arrays."""
     gs = random_graphs(G=12)
     model = net("gin", pool_layers=(1,))
-    from ablate.trial.graph import evaluate
+    from ablate.trial.evaluate import evaluate
 
     rec = evaluate(model, eval_batches(gs, 5), model.cfg)
     alphas, labels = [], []
@@ -175,25 +176,110 @@ def test_focus_true_counts():
     assert focus_true(alpha, gt, mask) == (1, 2)
 
 
-def test_leave_one_out_batch_equals_per_node_loop():
-    """All N removals as one batch = removing each node explicitly, one forward at a time."""
+def loo_by_hand(model: GraphNet, gs: GraphSet, g: int) -> list[float]:
+    """|y(G - i) - y(G)| of graph g, every G - i built as an explicit induced subgraph and run
+    alone (no padding, no batching); y = the output, or the logit of G's predicted class."""
+    _, g1, b1 = dense(gs.subset([g]))
+    n = int(b1.n_nodes[0])
+    out = []
+    with torch.no_grad():
+        full = model(b1.x, g1).out[0]
+        cls = None if model.regression else int(full.argmax())
+        for i in range(n):
+            keep = [j for j in range(n) if j != i]
+            A_sub = b1.A[0][keep][:, keep].unsqueeze(0)
+            sub = Graph(A_sub, torch.ones(1, n - 1, dtype=torch.bool))
+            y = model(b1.x[:, keep], sub).out[0]
+            out.append(abs(float(y - full)) if cls is None else abs(float(y[cls] - full[cls])))
+    return out
+
+
+def assert_equals_per_node_loop(model: GraphNet, gs: GraphSet, diff: torch.Tensor) -> None:
+    b = collate(gs)
+    for g in range(len(gs)):
+        n = int(b.n_nodes[g])
+        np.testing.assert_allclose(diff[g, :n].numpy(), loo_by_hand(model, gs, g), atol=1e-4,
+                                   rtol=1e-4)
+        assert (diff[g, n:] == 0).all()  # padding
+
+
+def test_leave_one_out_local_path_equals_per_node_loop():
+    """Global-pool GIN takes the incremental path (`local_loo`): all removals = one at a time."""
     gs = random_graphs(G=3, n_lo=4, n_hi=7)
     model = net("gin", pool_layers=())
-    _, graph, b = dense(gs)
+    assert supports_local_loo(model)
     with torch.no_grad():
-        diff = leave_one_out_batch(model, b, chunk_entries=50)  # force several chunks
-        for g in range(len(gs)):
-            n = int(b.n_nodes[g])
-            _, g1, b1 = dense(gs.subset([g]))
-            full = model(b1.x, g1).out[0]
-            for i in range(n):
-                keep = [j for j in range(n) if j != i]
-                A_sub = b1.A[0][keep][:, keep].unsqueeze(0)
-                y_i = model(b1.x[:, keep], Graph(A_sub, torch.ones(1, n - 1, dtype=torch.bool)))
-                assert diff[g, i].item() == pytest.approx(abs(y_i.out[0] - full).item(),
-                                                          abs=1e-4)
-            assert (diff[g, n:] == 0).all()
-    alpha = weak_attention(diff, b.mask)
-    sums = alpha.sum(-1)
-    assert torch.all((sums - 1).abs() < 1e-5) or torch.all(sums[sums > 0] - 1 < 1e-5)
-    assert (alpha[(alpha > 0)] >= 1e-3 - 1e-9).all()
+        assert_equals_per_node_loop(model, gs, leave_one_out_batch(model, collate(gs)))
+
+
+@pytest.mark.parametrize("backbone,kw,out", [
+    ("chebygin", dict(pool_layers=(), K=3), 3),  # K = 3: no local path; 3 classes
+    ("gin", dict(pool_layers=(1,)), 1),  # attention pooling inside every copy
+])
+def test_leave_one_out_dense_in_several_chunks_equals_per_node_loop(backbone, kw, out):
+    """The dense N-copies path, its loop over chunks of graphs really run with several chunks
+    (the last one ragged), equals removing each node explicitly and equals a single chunk."""
+    gs = random_graphs(G=5, n_lo=4, n_hi=7)
+    cfg = resolve(TrialConfig(dataset="colors", backbone=backbone, **kw))
+    torch.manual_seed(0)
+    model = GraphNet(cfg, 4, out).eval()
+    assert not supports_local_loo(model)  # leave_one_out_batch takes the dense path
+    b = collate(gs)
+    B, N = b.mask.shape
+    chunk_entries = 2 * N ** 3  # the N copies of 2 graphs: N * N x N adjacency entries each
+    seen: list[torch.Size] = []  # adjacency of every forward: the full batch, then each chunk
+    hook = model.register_forward_pre_hook(lambda mod, args: seen.append(args[1].A.shape))
+    with torch.no_grad():
+        diff = leave_one_out_batch(model, b, chunk_entries=chunk_entries)
+        hook.remove()
+        single = leave_one_out_dense(model, b, chunk_entries=B * N ** 3)
+    assert seen[0] == (B, N, N)  # the full graphs
+    chunks = seen[1:]
+    assert len(chunks) == 3  # 5 graphs, 2 per chunk: 2 + 2 + 1
+    assert all(s.numel() <= chunk_entries for s in chunks)
+    assert sum(s[0] for s in chunks) == B * N  # every (graph, removed node) copy, once
+    torch.testing.assert_close(diff, single, atol=1e-6, rtol=1e-6)
+    assert_equals_per_node_loop(model, gs, diff)
+
+
+def test_weak_attention_by_hand():
+    """alpha_WS normalises over the real nodes only; the floor zeroes small entries and
+    renormalises; a graph whose removals change nothing gets no attention (not NaN)."""
+    diff = torch.tensor([[3.0, 1.0, 0.0, 7.0],  # the 7 is padding
+                         [10.0, 5.0, 3.0, 2.0],
+                         [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, False], [True] * 4, [True, True, False, False]])
+    alpha = weak_attention(diff, mask)
+    expect = torch.tensor([[0.75, 0.25, 0.0, 0.0], [0.5, 0.25, 0.15, 0.1], [0.0] * 4])
+    torch.testing.assert_close(alpha, expect)
+    # floor 0.2: 0.15 and 0.1 go, [0.5, 0.25] renormalised to [2/3, 1/3]
+    floored = weak_attention(diff, mask, floor=0.2)
+    expect[1] = torch.tensor([2 / 3, 1 / 3, 0.0, 0.0])
+    torch.testing.assert_close(floored, expect)
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax", "spherical"])
+@pytest.mark.parametrize("scale", [1.0, 100.0])  # 100: scores past the +-60 clamp
+def test_attention_sums_to_one_over_real_nodes(normalizer, scale):
+    """Per graph, alpha sums to 1 over its nodes (neither more nor less) and is exactly 0 on
+    padding, also after a first pooling layer dropped nodes; a graph without nodes gets 0."""
+    gs = random_graphs(G=6, n_lo=1, n_hi=9)
+    x, graph, b = dense(gs)
+    empty = torch.zeros_like(b.mask[:1])  # one more graph, all padding
+    graph = Graph(torch.cat([b.A, torch.zeros_like(b.A[:1])]), torch.cat([b.mask, empty]))
+    x = torch.cat([x, x[:1]]) * scale
+    cfg = resolve(TrialConfig(dataset="colors", backbone="gin", pool_layers=(1, 2),
+                              filters=(8, 8), normalizer=normalizer, threshold=0.1))
+    torch.manual_seed(0)
+    model = GraphNet(cfg, 4, 1).eval()
+    with torch.no_grad():
+        pools = model(x, graph).pools
+    assert (pools[1].mask_before.sum(-1) < graph.mask.sum(-1)).any(), "layer 1 should drop"
+    for res in pools:
+        m = res.mask_before
+        assert torch.isfinite(res.alpha).all() and (res.alpha >= 0).all()
+        assert (res.alpha[~m] == 0).all()
+        sums = res.alpha.sum(-1)
+        has = m.any(-1)
+        torch.testing.assert_close(sums[has], torch.ones(int(has.sum())), atol=1e-5, rtol=0)
+        assert (sums[~has] == 0).all()

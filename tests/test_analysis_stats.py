@@ -1,0 +1,137 @@
+"""`analysis.stats` against known answers: Holm, the exact sign-flip test and its CI, the
+percentile bootstrap.
+
+Every expected value is worked out by hand in a comment (or is an exact binomial quantity),
+never re-derived with the implementation's own algorithm or random stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis import stats
+
+# ----------------------------------------------------------------------------- Holm
+
+
+@pytest.mark.parametrize("p, expected", [
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; the running
+    # maximum lifts the last to 0.06; back in input order. The NaN is not counted (m = 4).
+    ([0.01, 0.04, 0.03, 0.005, np.nan], [0.03, 0.06, 0.06, 0.02, np.nan]),
+    # 0.001 x 4 = 0.004; the tied 0.2s x 3 and x 2 = 0.6, 0.4; 0.3 x 1 = 0.3; running max 0.6
+    ([0.3, 0.2, 0.2, 0.001], [0.6, 0.6, 0.6, 0.004]),
+    # 0.4 x 2 = 0.8, then 0.5 x 1 = 0.5 is lifted to 0.8
+    ([0.5, 0.4], [0.8, 0.8]),
+    # 0.6 x 2 = 1.2 caps at 1; 0.7 x 1 = 0.7 is lifted to 1
+    ([0.7, 0.6], [1.0, 1.0]),
+    # already increasing after multiplication: 0.01 x 3, 0.02 x 2, 0.5 x 1
+    ([0.5, 0.01, 0.02], [0.5, 0.03, 0.04]),
+    ([0.04], [0.04]),  # a family of one is not adjusted
+    ([np.nan, 0.02, np.nan], [np.nan, 0.02, np.nan]),
+])
+def test_holm_hand_worked(p, expected):
+    got = stats.holm(p)
+    assert got.shape == (len(p),)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)  # NaN where expected NaN
+
+
+def test_holm_all_nan_or_empty():
+    assert np.isnan(stats.holm([np.nan, np.nan])).all()
+    assert stats.holm([]).shape == (0,)
+
+
+# ----------------------------------------------------------------------------- sign flip
+
+
+@pytest.mark.parametrize("d, p", [
+    # 5 positive pairs: only the observed pattern and its mirror reach |sum| = 15 of 2^5
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 2 / 32),
+    ([-1.0, -2.0, -3.0, -4.0, -5.0], 2 / 32),  # two-sided: the sign of the effect is irrelevant
+    ([2.5, 0.1, 7.0, 1.0], 2 / 16),  # 4 positive pairs: 2 / 2^4
+    # sum 9 of |d| total 11: a pattern reaches sum >= 9 iff the |d| it makes negative add up to
+    # <= 1: none, the 1, or the -1 (the observed one): 3 of 32 each way, p = 6/32
+    ([1.0, 2.0, 3.0, 4.0, -1.0], 6 / 32),
+    # sum 9 of |d| total 21: reached iff the negated |d| add up to <= 6 (14 of the 64 subsets
+    # of {1..6}: sizes 0:1, 1:1, 2:1, 3:2, 4:2, 5:3, 6:4) or to >= 15 (14 more): 28/64
+    ([3.0, -1.0, 4.0, 2.0, -5.0, 6.0], 28 / 64),
+    ([1.0, -1.0], 1.0),  # sum 0: each side 3/4, doubled 1.5, capped at 1
+    ([0.0, 0.0, 0.0], 1.0),
+])
+def test_sign_flip_exact_p_by_hand(d, p):
+    assert stats.sign_flip(d)[0] == pytest.approx(p, rel=1e-12)
+    assert stats.paired(np.asarray(d) + 10.0, np.full(len(d), 10.0)).p == pytest.approx(p)
+
+
+def test_sign_flip_ci_by_hand():
+    """The CI is every delta whose test p(delta) = sign_flip(d - delta) exceeds alpha.
+
+    d = 1..8 (2^8 = 256 patterns, p = 2/256): delta is rejected below unless at least 6 of
+    the 255 non-empty subsets A have mean_A(d) <= delta (p = 2 (1 + 6) / 256 = 0.0547 >
+    0.05, with 5: 0.0469). Subset means in order: 1 {1}, 1.5 {1,2}, 2 {2}, {1,3}, {1,2,3},
+    7/3 {1,2,4}: the lower end is 7/3, and by the symmetry x -> 9 - x the upper 20/3.
+    """
+    p, lo, hi = stats.sign_flip(np.arange(1.0, 9.0))
+    assert p == pytest.approx(2 / 256)
+    assert (lo, hi) == pytest.approx((7 / 3, 20 / 3))
+    # 5 positive pairs: p = 2/32 = 0.0625 can never fall below 0.05, so no delta is
+    # rejected; at alpha = 0.1 every delta below min d (or above max d) is
+    p, lo, hi = stats.sign_flip([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert p == pytest.approx(0.0625) and (lo, hi) == (-math.inf, math.inf)
+    assert stats.sign_flip([1.0, 2.0, 3.0, 4.0, 5.0], alpha=0.1)[1:] == pytest.approx((1.0, 5.0))
+    assert stats.sign_flip([-1.0, -2.0, -3.0, -4.0, -5.0], alpha=0.1)[1:] == \
+        pytest.approx((-5.0, -1.0))
+
+
+@pytest.mark.parametrize("n", [7, 9, 12])
+def test_sign_flip_ci_inverts_the_test(n):
+    """Both ends of the CI are the last deltas the test does not reject: p(lo) > alpha and
+    p(lo - eps) <= alpha (likewise at hi); 0 is outside the CI iff p < alpha."""
+    d = np.random.default_rng(n).normal(0.6, 1.0, n)
+    p, lo, hi = stats.sign_flip(d)
+    assert lo <= d.mean() <= hi
+    eps = 1e-6
+    assert stats.sign_flip(d - lo)[0] > 0.05 >= stats.sign_flip(d - (lo - eps))[0]
+    assert stats.sign_flip(d - hi)[0] > 0.05 >= stats.sign_flip(d - (hi + eps))[0]
+    assert (p < 0.05) == (lo > 0 or hi < 0)
+
+
+def test_sign_flip_random_patterns_beyond_exact():
+    """n = 20 > MAX_EXACT: random sign patterns, p = 2 (1 + count) / (n_perm + 1)."""
+    # all 20 positive: no random pattern reaches the observed sum (chance 2^-20 each)
+    p, _, _ = stats.sign_flip(np.arange(1.0, 21.0))
+    assert p == pytest.approx(2 / (stats.N_BOOT + 1))
+    # 15 of +1 and 5 of -1: sum 10, reached iff >= 15 of 20 fair signs are +1:
+    # P = (C(20,15) + C(20,16) + ... + C(20,20)) / 2^20 = 21700 / 1048576; p = 2 P = 0.0414.
+    # 10,000 patterns: Monte Carlo standard error ~0.003; one-sided would be 0.0207.
+    p, _, _ = stats.sign_flip(np.r_[np.ones(15), -np.ones(5)])
+    assert p == pytest.approx(2 * 21700 / 2 ** 20, abs=0.012)
+    assert stats.sign_flip(np.r_[np.ones(10), -np.ones(10)])[0] == 1.0  # sum 0
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_bootstrap_ci_of_a_binary_sample_is_the_binomial_quantiles(seed):
+    """x = four 1s and five 0s: a resample's mean is Binomial(9, 4/9) / 9, whose CDF at
+    0, 1, 2, ..., 5, 6, 7 is 0.005, 0.041, 0.158, ..., 0.843, 0.954, 0.992. The 2.5% and
+    97.5% quantiles are 1/9 and 7/9; the 10% and 90% quantiles 2/9 and 6/9. With 10,000
+    resamples each cut lies >= 10 Monte Carlo standard errors from a CDF step, so every seed
+    gives exactly these ends (a one-sided level, swapped ends or resampling without
+    replacement would not)."""
+    x = [1.0] * 4 + [0.0] * 5
+    assert stats.bootstrap_ci(x, seed=seed) == pytest.approx((1 / 9, 7 / 9), abs=1e-12)
+    assert stats.bootstrap_ci(x, level=0.8, seed=seed) == pytest.approx((2 / 9, 6 / 9),
+                                                                         abs=1e-12)
+    # location and scale: the CI of 3 + 2x is 3 + 2 CI(x), whatever the resamples
+    assert stats.bootstrap_ci(3 + 2 * np.array(x), seed=seed) == \
+        pytest.approx((3 + 2 / 9, 3 + 14 / 9), abs=1e-12)
+
+
+def test_bootstrap_ci_ignores_non_finite_values():
+    x = [1.0] * 4 + [0.0] * 5
+    assert stats.bootstrap_ci(x + [np.nan, np.inf]) == stats.bootstrap_ci(x)
+    assert all(math.isnan(v) for v in stats.bootstrap_ci([np.nan]))
