@@ -18,16 +18,10 @@ import sys
 from pathlib import Path
 
 from ablate.errors import ConfigError
-from ablate.runner.study import (
-    RUN_KEYS,
-    STUDY_KEYS,
-    build_study,
-    fixed_axes,
-    list_studies,
-    load_spec,
-    trial_kind,
-    trial_table,
-)
+from ablate.runner.compose import RUN_KEYS, STUDY_KEYS, list_studies, load_spec
+from ablate.runner.kinds import trial_kind
+from ablate.runner.study import build_study
+from ablate.runner.trial_table import fixed_axes, trial_table
 
 USAGE = "usage: python -m ablate.run study=NAME [key=value ...] [--help]"
 

@@ -17,7 +17,8 @@ from torch import nn
 
 from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve
 from ablate.models.network import GraphNet
-from ablate.runner.study import build_study, list_studies
+from ablate.runner.compose import list_studies
+from ablate.runner.study import build_study
 from ablate.trial.evaluate import pool_test_auc
 from ablate.trial.setup import init_cosine, optimal_projection
 from ablate.trial.weak import weak_floor

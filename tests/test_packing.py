@@ -16,11 +16,13 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
 
+from ablate.runner.compose import StudySpec  # noqa: E402
 from ablate.runner.driver import run_study  # noqa: E402
+from ablate.runner.kinds import TRIAL_KINDS  # noqa: E402
 from ablate.runner.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
 from ablate.runner.ray_env import start_ray  # noqa: E402
 from ablate.runner.store import read_trials  # noqa: E402
-from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, build_study, expand  # noqa: E402
+from ablate.runner.study import Study, build_study, expand  # noqa: E402
 from ablate.trial.graph import run_trial_full  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

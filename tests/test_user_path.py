@@ -21,10 +21,12 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from ablate.run import main  # noqa: E402
+from ablate.runner.compose import StudySpec  # noqa: E402
 from ablate.runner.driver import run_study  # noqa: E402
+from ablate.runner.kinds import TRIAL_KINDS  # noqa: E402
 from ablate.runner.ray_env import clean_tune_leftovers, start_ray  # noqa: E402
 from ablate.runner.store import PLAN, Store, StoreError, read_trials  # noqa: E402
-from ablate.runner.study import TRIAL_KINDS, Study, StudySpec, expand  # noqa: E402
+from ablate.runner.study import Study, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -30,6 +30,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from ablate.errors import ConfigError
+from ablate.runner.kinds import TRIAL_KINDS
 from ablate.runner.packing import Pack, make_packs, pack_seeds
 from ablate.runner.progress import Progress, Summary
 from ablate.runner.ray_env import (
@@ -41,7 +42,7 @@ from ablate.runner.ray_env import (
     gpus_per_trial,
     quiet_ray_env,
 )
-from ablate.runner.study import TRIAL_KINDS, Study, Trial
+from ablate.runner.study import Study, Trial
 from ablate.runner.worker import cache_file, trainable
 
 if TYPE_CHECKING:

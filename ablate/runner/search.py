@@ -15,7 +15,7 @@ runs `main`, which per arm
 3. prints the summary table (`search_final.summary`).
 
 The modules: `search_spec` (the study file and overrides, composed by
-`ablate.runner.study`; arms and space), `search_trial` (the Tune trainable),
+`ablate.runner.compose`; arms and space), `search_trial` (the Tune trainable),
 `search_tune` (Optuna study, Tune run, store rows), `search_final` (best trial,
 final evaluation, summary). Their public names are re-exported here.
 """

@@ -59,7 +59,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     a row already in the store with the same config is skipped."""
     import ray
 
-    from ablate.runner.study import trial_kind
+    from ablate.runner.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
 
     graph = trial_kind("graph")

@@ -1,4 +1,4 @@
-"""A search study (``kind: search``): its spec, composed by `ablate.runner.study`, and its space.
+"""A search study (``kind: search``): its spec, composed by `ablate.runner.compose`, and its space.
 
 `load_search_spec` reads ``studies/NAME.yaml`` with `study.study_file` and the
 command line with `study.parse_overrides`, the reader and the Hydra override
@@ -18,15 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import ConfigError
-from ablate.runner.study import (
-    STUDIES_DIR,
-    config_fields,
-    make_config,
-    parse_overrides,
-    resolve_config,
-    seed_list,
-    study_file,
-)
+from ablate.runner.compose import STUDIES_DIR, parse_overrides, seed_list, study_file
+from ablate.runner.kinds import config_fields
+from ablate.runner.study import make_config, resolve_config
 
 METRIC = "val_acc"  # the objective: mean validation accuracy over the members (see `objective`)
 MODE = "max"

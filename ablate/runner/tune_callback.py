@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ray import tune
 
-from ablate.runner.study import trial_kind
+from ablate.runner.kinds import trial_kind
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial as TuneTrial

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.atomic import atomic_write
-from ablate.runner.study import load_attr
+from ablate.runner.kinds import load_attr
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
 
