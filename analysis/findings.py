@@ -1,6 +1,8 @@
-"""Automatically computed findings, and the banner of a store too thin for them.
+"""Automatically computed findings, and the banner of a store too thin for them: for the
+graph-attention rows (`findings`, `thin_banner`) and the selective-dependence rows
+(`sdc_findings`, `sdc_thin_banner`).
 
-Each candidate is computed from the study's cell statistics (`tables.cell_stats`) and
+Each candidate is computed from the study's cell statistics (`cells.cell_stats`) and
 the numbers the figures computed (exponential fits, correlations); candidates are
 taken in priority order: the largest one-axis paired effect on a generalisation split,
 the largest effect on attention AUC, the best model per dataset, the accuracy-AUC
@@ -10,7 +12,8 @@ Claims need data. A paired effect is stated only with at least
 `stats.MIN_PAIRED_SEEDS` shared seeds (below that it has no p-value); "best model" and
 paper-agreement sentences only use cells with that many seeds; a correlation is stated
 only over at least `stats.MIN_CORRELATION_POINTS` runs from that many distinct seeds.
-`thin_banner` says which rows and comparisons fall short.
+`thin_banner` says which rows and comparisons fall short. The SDC sentences use only
+rows of the SDC table with that many runs; `sdc_thin_banner` names the others.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
+from analysis.cells import ALPHA, primary, significant
+from analysis.formatting import column_name, dataset_name, fmt_ci, fmt_p
 from analysis.reference import AUC_COLUMN
-from analysis.tables import ALPHA, column_name, dataset_name, fmt_ci, fmt_p, primary, significant
 
 GENERALISATION = ("test_large", "test_largec", "test_noisy", "test_noisyc")
 PAPER_R_ACC_AUC = 0.93  # SPEC §3: accuracy vs attention AUC
@@ -204,3 +208,34 @@ def findings(cells: pd.DataFrame, fig_info: dict[str, dict], limit: int = 5) -> 
         out += paper_findings(cells)
         out += best_findings(cells)[1:]
     return out[:limit]
+
+
+def sdc_thin_banner(rows: pd.DataFrame) -> str:
+    """A warning naming the rows of the SDC table (its numbers: key columns, then `runs`)
+    with fewer than MIN_PAIRED_SEEDS runs; "" when there are none."""
+    thin = rows[rows["runs"] < stats.MIN_PAIRED_SEEDS]
+    if not len(thin):
+        return ""
+    keys = list(rows.columns[:rows.columns.get_loc("runs")])
+    ex = "; ".join(", ".join(f"{k}={x[k]}" for k in keys) + f": {x['runs']} runs"
+                   for _, x in thin.head(6).iterrows())
+    return (f"This store is too thin for claims: {len(thin)} of {len(rows)} rows "
+            f"have fewer than {stats.MIN_PAIRED_SEEDS} runs ({ex}). Their "
+            "numbers are shown without findings.")
+
+
+def sdc_findings(rows: pd.DataFrame) -> list[str]:
+    """The most selective attention (highest FT) and the largest accuracy - FT gap, over the
+    rows of the SDC table with at least MIN_PAIRED_SEEDS runs (none with fewer than two)."""
+    d = rows[rows["runs"] >= stats.MIN_PAIRED_SEEDS]
+    if not ({"ft_mean", "accuracy_mean"} <= set(d.columns) and len(d) > 1):
+        return []
+    keys = list(d.columns[:d.columns.get_loc("runs")])
+    best = d.loc[d["ft_mean"].idxmax()]
+    gap = d["accuracy_mean"] - d["ft_mean"]
+    worst = d.loc[gap.idxmax()]
+    return ["Most selective attention (highest FT): "
+            + ", ".join(f"{k}={best[k]}" for k in keys)
+            + f", FT {best['ft_mean']:.1f}% at accuracy {best['accuracy_mean']:.1f}%.",
+            f"Accuracy does not imply interpretability: the largest accuracy − FT gap is "
+            f"{gap.max():.1f} points (" + ", ".join(f"{k}={worst[k]}" for k in keys) + ")."]

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import figures
+from analysis import figure_style, figures
 from analysis.report import write_report
 from analysis.synthetic import trial_record, write_trials
 from analysis.tables import MAX_HTML_COLUMNS
@@ -21,14 +21,14 @@ from analysis.variants import add_variant
 def drawn(monkeypatch) -> list:
     """Figures drawn by `analysis.figures`, rendered (tick labels set) before they are saved."""
     kept = []
-    save = figures._save
+    save = figure_style.save
 
     def keep(fig, out, stem):
         fig.canvas.draw()
         kept.append(fig)
         return save(fig, out, stem)
 
-    monkeypatch.setattr(figures, "_save", keep)
+    monkeypatch.setattr(figure_style, "save", keep)
     return kept
 
 

@@ -1,0 +1,141 @@
+"""The numbers behind a study's tables: one line per (table row, dataset, column,
+one-axis comparison).
+
+`cell_stats` gives each line n runs and seeds, mean, std, the 95% bootstrap CI, the
+paired comparison with the baseline over shared seeds (exact sign-flip test and the CI
+inverting it, Holm-adjusted over the study; only with at least `stats.MIN_PAIRED_SEEDS`
+shared seeds), and the paper's number. `primary` picks each row's first comparison and
+`significant` says whether a line clears `ALPHA`. Values are in percent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats
+from analysis.formatting import TEST_SPLITS
+from analysis.reference import AUC_COLUMN, AUC_SPLIT, POOLED_AUC, reference
+from analysis.variants import Comparison
+
+ALPHA = 0.05  # significance level of the markers (Holm-adjusted sign-flip p)
+
+
+def observations(ok: pd.DataFrame) -> pd.DataFrame:
+    """One value (percent) per (row, dataset, column, trial, seed): test accuracies and AUC."""
+    keep = ["row", "variant", "dataset", "trial_id", "seed"]
+    ok = ok[[c for c in [*keep, "split", "accuracy", "attn_auc_l0", POOLED_AUC]
+             if c in ok.columns]]
+    acc = ok[ok["split"].isin(TEST_SPLITS)]
+    parts = [acc[keep].assign(column=acc["split"].to_numpy(),
+                              value=100 * acc["accuracy"].to_numpy(dtype=float))
+             ] if "accuracy" in ok.columns else []
+    auc = ok[ok["split"] == AUC_SPLIT]  # one row per seed (the pooled value is on every row)
+    if POOLED_AUC in ok.columns:  # as the papers pool it: all test graphs of the seed together
+        values = auc[POOLED_AUC].to_numpy(dtype=float)
+        if "attn_auc_l0" in auc.columns:  # stores written before the pooled column existed
+            values = np.where(np.isfinite(values), values, auc["attn_auc_l0"].to_numpy(dtype=float))
+        parts.append(auc[keep].assign(column=AUC_COLUMN, value=100 * values))
+    elif "attn_auc_l0" in ok.columns:
+        parts.append(auc[keep].assign(column=AUC_COLUMN,
+                                      value=100 * auc["attn_auc_l0"].to_numpy(dtype=float)))
+    if not parts:
+        return pd.DataFrame(columns=[*keep, "column", "value"])
+    obs = pd.concat(parts, ignore_index=True)
+    return obs[np.isfinite(obs["value"].to_numpy(dtype=float))]
+
+
+def columns_of(obs: pd.DataFrame) -> dict[str, list[str]]:
+    """Dataset -> its table columns (test splits in canonical order, then AUC)."""
+    order = [*TEST_SPLITS, AUC_COLUMN]
+    out: dict[str, list[str]] = {}
+    for d, cols in obs.groupby("dataset", sort=True)["column"]:
+        present = set(cols)
+        out[str(d)] = [c for c in order if c in present]
+    return out
+
+
+CELL_COLUMNS = ["row", "variant", "dataset", "column", "n", "seeds", "mean", "std", "ci_lo",
+                "ci_hi", "baseline", "axis", "base_value", "value", "primary", "n_pairs", "delta",
+                "delta_lo", "delta_hi", "p", "p_holm", "paper", "paper_std", "paper_source",
+                "diff_paper", "best"]
+
+
+def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows: list[str],
+               n_boot: int = stats.N_BOOT) -> pd.DataFrame:
+    """Numbers of every (row, dataset, column) cell, one line per comparison of the row (one
+    line without a baseline when it has none); `primary` marks the line of the row's first
+    comparison, the one the main table marks. Below MIN_PAIRED_SEEDS shared seeds a
+    comparison keeps its Δ but gets no p-value and no CI."""
+    obs = observations(ok)
+    recs = []
+    per_seed = obs.groupby(["row", "dataset", "column", "seed"], sort=False)["value"].mean()
+    seeds_of = {k: g.droplevel([0, 1, 2]) for k, g in per_seed.groupby(
+        level=["row", "dataset", "column"], sort=False)}
+    pairs = obs[["row", "variant"]].drop_duplicates()
+    variant_of = dict(zip(pairs["row"].tolist(), pairs["variant"].tolist()))
+    for (row, dset, col), g in obs.groupby(["row", "dataset", "column"], sort=False):
+        v = g["value"].to_numpy(dtype=float)
+        mean, std = stats.mean_std(v)
+        lo, hi = stats.bootstrap_ci(v, n_boot=n_boot) if v.size >= stats.MIN_PAIRED_SEEDS \
+            else (math.nan, math.nan)  # a percentile CI of 2-4 runs is [min, max], not a CI
+        ref = reference(variant_of[row], dset, col)
+        cell = {"row": row, "variant": variant_of[row], "dataset": dset, "column": col,
+                "n": int(v.size), "seeds": int(seeds_of[(row, dset, col)].size), "mean": mean,
+                "std": std, "ci_lo": lo, "ci_hi": hi,
+                "paper": ref.mean if ref else math.nan,
+                "paper_std": ref.std if ref and ref.std is not None else math.nan,
+                "paper_source": ref.source if ref else ""}
+        comps = comparisons.get(row) or [None]
+        for i, comp in enumerate(comps):
+            recs.append({**cell, **_compare(comp, seeds_of, (row, dset, col), n_boot),
+                         "primary": i == 0})
+    if not recs:
+        return pd.DataFrame(columns=CELL_COLUMNS)
+    out = pd.DataFrame(recs)
+    out["p_holm"] = stats.holm(out["p"].to_numpy(dtype=float))
+    out["diff_paper"] = out["mean"] - out["paper"]
+    best = out.groupby(["dataset", "column"])["mean"].transform("max")
+    out["best"] = np.isclose(out["mean"], best, rtol=0, atol=1e-9)
+    rank = {r: i for i, r in enumerate(rows)}
+    order = {c: i for i, c in enumerate([*TEST_SPLITS, AUC_COLUMN])}
+    out["_r"] = out["row"].map(rank).fillna(len(rank))
+    out["_c"] = out["column"].map(order).fillna(len(order))
+    out = out.sort_values(["_r", "dataset", "_c", "primary"], ascending=[True, True, True, False],
+                          kind="stable")
+    return out[CELL_COLUMNS].reset_index(drop=True)
+
+
+def _compare(comp: Comparison | None, seeds_of: dict, key: tuple, n_boot: int) -> dict:
+    """The comparison columns of one cell line."""
+    rec = {"baseline": None, "axis": "", "base_value": "", "value": "", "n_pairs": 0,
+           "delta": math.nan, "delta_lo": math.nan, "delta_hi": math.nan, "p": math.nan}
+    if comp is None:
+        return rec
+    rec.update(baseline=comp.baseline, axis=comp.axis, base_value=comp.base_value,
+               value=comp.value)
+    bkey = (comp.baseline, *key[1:])
+    if bkey not in seeds_of:
+        return rec
+    a, b = seeds_of[key], seeds_of[bkey]
+    shared = a.index.intersection(b.index)
+    if not len(shared):
+        return rec
+    pr = stats.paired(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(), alpha=ALPHA,
+                      n_perm=n_boot)
+    rec.update(n_pairs=pr.n, delta=pr.delta)
+    if pr.n >= stats.MIN_PAIRED_SEEDS:
+        rec.update(delta_lo=pr.ci_lo, delta_hi=pr.ci_hi, p=pr.p)
+    return rec
+
+
+def significant(r: pd.Series) -> bool:
+    """A comparison line is significant: tested (enough paired seeds) and Holm p < ALPHA."""
+    return bool(np.isfinite(r["p_holm"]) and r["p_holm"] < ALPHA)
+
+
+def primary(cells: pd.DataFrame) -> pd.DataFrame:
+    """One line per (row, dataset, column): the row's primary comparison (or none)."""
+    return cells[cells["primary"].astype(bool)]

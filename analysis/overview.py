@@ -1,0 +1,139 @@
+"""The overview of a study: what varied, how many trials and runs are ok, failed or
+missing, the missing pieces, the most common failures, training time and code versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import AXES, Study
+from analysis.variants import MAX_ROW_VALUES
+
+DESCRIBED_AXES = tuple(a for a in AXES if a != "seeds")
+
+
+@dataclass
+class Overview:
+    """Status counts, what varied, and what is missing."""
+
+    varied: list[str]
+    counts: dict[str, int]
+    missing: list[str]
+    errors: list[tuple[str, int]]
+    provenance: list[str] = field(default_factory=list)
+
+
+def _seed_list(s: object) -> list[int]:
+    try:
+        return [int(x) for x in str(s).split(",") if x.strip() != ""]
+    except ValueError:
+        return []
+
+
+def overview(study: Study) -> Overview:
+    """What varied, ok/failed/missing counts and the missing pieces of a study."""
+    df = study.trials
+    varied = []
+    for a in DESCRIBED_AXES:
+        if a in df.columns:
+            vals = df[a].dropna().unique()
+            if len(vals) > 1:
+                if len(vals) > MAX_ROW_VALUES and pd.api.types.is_numeric_dtype(df[a]):
+                    varied.append(f"{a}: {len(vals)} values in [{np.min(vals):g}, "
+                                  f"{np.max(vals):g}] (continuous)")
+                else:
+                    shown = sorted(str(v) if str(v) != "" else "(none)" for v in vals)
+                    more = f", … ({len(shown)} values)" if len(shown) > MAX_ROW_VALUES else ""
+                    varied.append(f"{a}: " + ", ".join(shown[:MAX_ROW_VALUES]) + more)
+    seeds = sorted(df["seed"].unique())
+    if len(seeds) > 1:
+        varied.append(f"seed: {len(seeds)} seeds ({seeds[0]}–{seeds[-1]})")
+    run_status = df["status"].eq("ok").groupby([df["trial_id"], df["seed"]]).all()
+    trial_all = run_status.groupby(level=0).all()
+    trial_any = run_status.groupby(level=0).any()
+    counts = {
+        "trial files": study.n_files,
+        "trials ok": int(trial_all.sum()),
+        "trials partly failed": int((trial_any & ~trial_all).sum()),
+        "trials failed": int((~trial_any).sum()),
+        "runs ok": int(run_status.sum()),
+        "runs failed": int((~run_status).sum()),
+        "rows": len(df),
+    }
+    if study.failed_attempts:
+        counts["failed attempts logged"] = study.failed_attempts
+    missing: list[str] = []
+    if study.planned is not None:
+        absent = sorted(set(study.planned) - set(df["trial_id"].unique()))
+        counts["trials planned"] = len(study.planned)
+        counts["trials missing"] = len(absent)
+        if absent:
+            missing.append(f"{len(absent)} planned trial(s) have no result file yet: "
+                           + ", ".join(absent[:8]) + (" …" if len(absent) > 8 else ""))
+    if "seeds" in df.columns:
+        declared = df.drop_duplicates("trial_id")[["trial_id", "seeds"]]
+        have = df.groupby("trial_id")["seed"].agg(lambda s: set(s.tolist()))
+        lost = {}
+        for t, s in zip(declared["trial_id"].tolist(), declared["seeds"].tolist()):
+            gone = sorted(set(_seed_list(s)) - have.get(t, set()))
+            if gone:
+                lost[t] = gone
+        if lost:
+            n = sum(len(s) for s in lost.values())
+            counts["runs missing"] = n
+            ex = "; ".join(f"{t}: seeds {', '.join(map(str, s))}" for t, s in list(lost.items())[:5])
+            missing.append(f"{n} run(s) packed in {len(lost)} trial(s) have no rows: {ex}")
+    ok = df[df["status"] == "ok"]
+    if not ok.empty:
+        n_split = ok.groupby(["dataset", "trial_id", "seed"])["split"].nunique()
+        expected = ok.groupby("dataset")["split"].nunique()
+        short = n_split[n_split.to_numpy() < expected.reindex(
+            n_split.index.get_level_values(0)).to_numpy()]
+        if len(short):
+            d, t, sd = short.index[0]
+            lacking = set(ok.loc[ok["dataset"] == d, "split"]) - set(
+                ok.loc[(ok["trial_id"] == t) & (ok["seed"] == sd), "split"])
+            missing.append(f"{len(short)} finished run(s) lack some splits, e.g. trial {t} "
+                           f"seed {sd}: " + ", ".join(sorted(lacking)))
+        if not study.curves.empty:
+            runs = ok[["trial_id", "seed"]].drop_duplicates()
+            have_c = study.curves[["trial_id", "seed"]].drop_duplicates()
+            m = runs.merge(have_c, how="left", indicator=True)
+            n_no = int((m["_merge"] == "left_only").sum())
+            if n_no:
+                missing.append(f"{n_no} finished run(s) have no training curves")
+    errors = []
+    bad = df[df["status"] != "ok"].drop_duplicates(["trial_id", "seed"])
+    if not bad.empty:
+        msg = (bad["status"] + ": " + bad["error"].str.slice(0, 160)).value_counts()
+        errors = [(str(m), int(c)) for m, c in msg.head(5).items()]
+    prov = []
+    if "train_s" in df.columns:
+        runs = df.drop_duplicates(["trial_id", "seed"])
+        t = runs["train_s"].to_numpy(dtype=float)
+        t = t[np.isfinite(t)]
+        if t.size:
+            total = t.sum()
+            spent = (f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"
+                     if total >= 60 else f"{total:.0f} s")
+            prov.append(f"training time: {spent} in total, median {np.median(t):.1f} s per run")
+    if "git_sha" in df.columns:
+        shas = [x for x in df["git_sha"].dropna().unique().tolist() if x]
+        if shas:
+            prov.append("code version(s): " + ", ".join(sorted(map(str, shas))[:5])
+                        + (" …" if len(shas) > 5 else ""))
+    return Overview(varied, counts, missing, errors, prov)
+
+
+def rows_missing_seeds(ok: pd.DataFrame) -> list[str]:
+    """The rows that lack some of the seeds the other rows have."""
+    seeds = ok.groupby("row")["seed"].agg(set)
+    if seeds.empty:
+        return []
+    full = set().union(*seeds)
+    out = [f"{r}: {len(s)} of {len(full)} seeds (missing {', '.join(map(str, sorted(full - s)))})"
+           for r, s in seeds.items() if full - s]
+    return out
