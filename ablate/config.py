@@ -56,8 +56,7 @@ class TrialConfig:
     pool_layers: tuple[int, ...] | None = None  # attention pooling before these layers; () = global
     scorer: str | None = None  # fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)
     scorer_input: str | None = None  # prev (previous layer's input) or curr (current features)
-    scorer_relu: bool = False  # gnn scorer: ReLU on its scores, as the reference's last graph
-    #                            layer has (scores >= 0 before the normaliser)
+    scorer_relu: bool = False  # gnn scorer: ReLU on its scores (the reference's attention GNN has it)
     selection: str = "threshold"  # threshold (alpha > t), topk (keep ratio r), gao (Gao & Ji top-k)
     threshold: float | None = None  # alpha-tilde of Eq. 3: keep nodes with alpha > threshold
     ratio: float = 0.5  # fraction of nodes kept by top-k selections
