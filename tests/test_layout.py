@@ -136,3 +136,28 @@ def test_the_public_entry_points_keep_their_names():
     assert ablate.train.run_trial_full is ablate.trial.graph.run_trial_full
     assert callable(ablate.data.load_dataset)
     assert (ROOT / "ablate" / "run.py").is_file() and (ROOT / "analysis" / "report.py").is_file()
+
+
+def test_no_module_reads_a_private_attribute_of_another_module():
+    """`import ablate.trial.packed as p; p._x` reaches into p as much as `from ... import _x`."""
+    bad = []
+    for package in ("ablate", "analysis", "benchmarks"):
+        known = {**_modules("ablate"), **_modules("analysis")}
+        for module, path in _modules(package).items():
+            tree = ast.parse(path.read_text())
+            aliases = {}  # local name -> imported project module
+            for target, _, node in _imports(module, path):
+                if isinstance(node, ast.Import):
+                    for a in node.names:
+                        if a.name in known:
+                            aliases[a.asname or a.name] = a.name
+                else:
+                    for a in node.names:
+                        if f"{target}.{a.name}" in known:
+                            aliases[a.asname or a.name] = f"{target}.{a.name}"
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                        and node.value.id in aliases and node.attr.startswith("_")
+                        and not node.attr.startswith("__") and aliases[node.value.id] != module):
+                    bad.append(f"{module}: {node.value.id}.{node.attr} (line {node.lineno})")
+    assert not bad, "\n".join(bad)
