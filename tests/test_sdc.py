@@ -314,3 +314,13 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
     store.write(t.trial_id, cb.error_rows(t.trial_id, "error", "RuntimeError: boom"))
     df = load_study("sdc", tmp_path / "sdc").trials  # refuses files without 'dataset'
     assert set(df["status"]) == {"error"} and set(df["dataset"]) == {t.config.dataset}
+
+
+def test_sdc_trial_ids_are_those_of_earlier_versions() -> None:
+    """Stores written before the trial-kind interface keep their completed SDC trials."""
+    from ablate.runner.study import build_study
+
+    s, _ = build_study("sdc", ["task=digits", "seed=0"])
+    # computed by commit acfd8d0 (before ablate.trial.kind existed)
+    assert sorted(t.trial_id for t in s.trials)[:3] == ["1a4672d9560f", "41a61337b811",
+                                                       "489f20ed3910"]
