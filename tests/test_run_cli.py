@@ -179,3 +179,13 @@ def test_progress_display_modes():
     r.start("a")
     r.close()
     assert silent.getvalue() == ""
+
+
+def test_the_cli_finds_the_studies_from_any_working_directory(tmp_path):
+    """`python -m ablate.run` run outside the checkout still finds studies/*.yaml."""
+    env = {k: v for k, v in os.environ.items() if k != "ABLATE_STUDIES"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-m", "ablate.run", "study=smoke", "dry_run=true"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "16 trials" in done.stdout

@@ -33,11 +33,11 @@ def _studies_dir() -> Path:
     """$ABLATE_STUDIES, else studies/ beside the package (checkout or wheel), else ./studies."""
     if os.environ.get("ABLATE_STUDIES"):
         return Path(os.environ["ABLATE_STUDIES"])
-    here = Path(__file__).resolve().parent
-    for d in (here.parent / "studies", here / "studies", Path.cwd() / "studies"):
+    package = Path(__file__).resolve().parents[1]  # ablate/ (this file: ablate/runner/)
+    for d in (package.parent / "studies", package / "studies", Path.cwd() / "studies"):
         if d.is_dir():
             return d
-    return here.parent / "studies"
+    return package.parent / "studies"
 
 
 STUDIES_DIR = _studies_dir()
