@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return search_main(_study_name(argv), argv)
         study, options = build_study(_study_name(argv), argv)
-        from ablate.runner.driver import run_study
+        from ablate.runner.driver import check_data_paths, run_study
         from ablate.runner.ray_env import check_devices, check_resources_early
         from ablate.runner.store import Store
 
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if options["dry_run"]:  # a run makes these checks itself (run_study), before Ray
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
+            check_data_paths(study)
             writable = Store(options["results_dir"], study.name).writable()  # or exit 2 here
             print(dry_run(study, options))
             if not writable:

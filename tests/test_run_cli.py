@@ -189,3 +189,11 @@ def test_the_cli_finds_the_studies_from_any_working_directory(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "16 trials" in done.stdout
+
+
+def test_a_dry_run_names_a_dataset_folder_that_does_not_exist(tmp_path, capsys):
+    code = main(["study=tu", f"data.path={tmp_path / 'missing'}", "dry_run=true",
+                 f"results_dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "does not exist" in err[0] and "missing" in err[0]

@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ablate.errors import ConfigError
@@ -235,6 +236,16 @@ def prepare_datasets(trials: list[Trial], progress: bool = True) -> dict[str, li
                               "data.KEY=VALUE)") from None
         splits[t.data_hash] = [s for s in sets if s != "train"]
     return splits
+
+
+def check_data_paths(study: Study) -> None:
+    """A dataset folder named by ``data.path`` that does not exist: one ConfigError (dry runs;
+    a run finds it when it loads the data, before Ray starts)."""
+    for t in study.trials:
+        path = dict(t.data_params).get("path") if _reads_local_files(t) else None
+        if path is not None and not Path(path).exists():
+            raise ConfigError(f"dataset {t.dataset}: data.path {str(path)!r} does not exist "
+                              "(dataset parameters are set as data.KEY=VALUE)")
 
 
 def _reads_local_files(t: Trial) -> bool:
