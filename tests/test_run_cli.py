@@ -99,11 +99,10 @@ def test_foreign_file_in_store_exits_2_and_is_not_modified(capsys, tmp_path):
 
 def test_worker_cache_path_matches_the_dataset_cache():
     """Workers on other nodes write the driver's dataset file where load_graphsets looks."""
-    from ablate.data import load_graphsets
-    from ablate.runner.worker import cache_file as _cache_file
+    from ablate.data import dataset_cache_path, load_graphsets
 
     params = {"n_train": 20, "n_val": 20, "n_test": 20, "n_max_large": 30}
-    path = _cache_file("colors", params)
+    path = dataset_cache_path("colors", params)
     assert not path.exists()
     load_graphsets("colors", **params)
     assert path.exists()

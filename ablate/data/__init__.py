@@ -93,6 +93,11 @@ def _generator_digest(name: str) -> str:
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
 
 
+def dataset_cache_path(name: str, params: dict | None = None) -> Path:
+    """The cache file of a dataset recipe in this process's cache folder."""
+    return cache_path(name, _hashable(name, resolve_params(name, params)))
+
+
 def load_graphsets(name: str, progress: bool = False, **params) -> dict[str, GraphSet]:
     """Every split of dataset `name` as `GraphSet`s, generated once and cached on disk."""
     resolved = resolve_params(name, params)

@@ -44,7 +44,7 @@ from ablate.runner.ray_env import (
     quiet_ray_env,
 )
 from ablate.runner.study import Study, Trial
-from ablate.runner.worker import cache_file, trainable
+from ablate.runner.worker import trainable
 
 if TYPE_CHECKING:
     from ablate.runner.store import Store
@@ -214,10 +214,13 @@ def _blobs(trials: list[Trial], ship: bool) -> dict:
         return {}
     import ray
 
+    from ablate.data import dataset_cache_path
+
     out = {}
     for t in trials:
         if t.data_hash and t.data_hash not in out:
-            out[t.data_hash] = ray.put(cache_file(t.dataset, dict(t.data_params)).read_bytes())
+            path = dataset_cache_path(t.dataset, dict(t.data_params))
+            out[t.data_hash] = ray.put(path.read_bytes())
     return out
 
 

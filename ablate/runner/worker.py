@@ -28,20 +28,14 @@ _DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
                   NotImplementedError, AssertionError)
 
 
-def cache_file(dataset: str, params: dict) -> Path:
-    """Path of a dataset recipe in this process's cache (mirrors ablate.data.load_graphsets)."""
-    from ablate.data import dataset_recipe_hash
-    from ablate.data.cache import cache_dir
-
-    return cache_dir() / f"{dataset}-{dataset_recipe_hash(dataset, params)}.npz"
-
-
 def _ensure_dataset(p: dict, blobs: dict) -> None:
     """Materialise the driver's cache file on this node when it is missing (other nodes)."""
     ref = blobs.get(p["data_hash"]) if p["data_hash"] else None
     if ref is None:
         return
-    path = cache_file(p["dataset"], dict(p["data_params"]))
+    from ablate.data import dataset_cache_path
+
+    path = dataset_cache_path(p["dataset"], dict(p["data_params"]))
     if path.exists():
         return
     import ray
