@@ -74,7 +74,7 @@ def _nan_result(seed: int, splits, error: str) -> TrialResult:
 def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
     """Several trials (configs on one dataset recipe) trained together where they can be.
 
-    Configs that are `packed.eligible` and share a `packed.pack_key` (they differ only in
+    Configs that share a `packed.pack_key` (they are `packed.eligible` and differ only in
     seeds, init of p, threshold, ratio, kl_weight) train all their seeds as one pack
     (`ablate.trial.packed`); on a CPU a pack of a single seed trains sequentially instead. Every
     other config runs seed by seed. Returns one `TrialResult` per config, in order; its
@@ -90,8 +90,9 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
     device = pick_device(first.device)
     groups: dict[str, list[int]] = {}  # pack key -> config indices trained as one pack
     for i, c in enumerate(cfgs):
-        if packed.eligible(c) and c.device == first.device:
-            groups.setdefault(packed.pack_key(c), []).append(i)
+        key = packed.pack_key(c)
+        if key is not None and c.device == first.device:
+            groups.setdefault(key, []).append(i)
     outcomes: dict[tuple[int, int], object] = {}  # (config index, seed) -> batched outcome
     size: dict[int, int] = {}
     for idx in groups.values():
@@ -102,9 +103,10 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
         for (i, seed), got in zip(owners, packed.run_members(members, splits, device)):
             outcomes[(i, seed)] = got
             size[i] = len(members)
+    prov = provenance(data_hash)  # one dataset recipe and one process for the whole pack
     results = []
     for i, cfg in enumerate(cfgs):
-        common = {**axes(cfg), **provenance(data_hash)}
+        common = {**axes(cfg), **prov}
         out = TrialResult()
         for seed in cfg.seeds:
             got = outcomes.get((i, seed))
@@ -150,7 +152,7 @@ class GraphKind(TrialKind):
         return inapplicable(cfg)
 
     def data_hash(self, cfg: TrialConfig) -> str:
-        return dataset_recipe_hash(cfg.dataset, dict(cfg.data_params))
+        return dataset_recipe_hash(cfg.dataset, cfg.data_kwargs)
 
     def trial_id(self, cfg: TrialConfig, data_hash: str | None) -> str:
         return trial_id(cfg, data_hash)
@@ -159,7 +161,7 @@ class GraphKind(TrialKind):
         return run_trial_full(cfg)
 
     def pack_key(self, cfg: TrialConfig) -> str | None:
-        return packed.pack_key(cfg) if packed.eligible(cfg) else None
+        return packed.pack_key(cfg)
 
     def run_pack(self, cfgs: list[TrialConfig]) -> list[TrialResult]:
         return run_pack_full(cfgs)

@@ -74,8 +74,11 @@ def eligible(cfg: TrialConfig) -> bool:
             and cfg.dropout == 0)
 
 
-def pack_key(cfg: TrialConfig) -> str:
-    """Configurations with equal keys can share a pack: they differ only in `PACKABLE` axes."""
+def pack_key(cfg: TrialConfig) -> str | None:
+    """Configurations with equal keys can share a pack: they differ only in `PACKABLE` axes;
+    None for a configuration that trains seed by seed (not `eligible`)."""
+    if not eligible(cfg):
+        return None
     a = axes(cfg)
     for k in (*PACKABLE, "study"):
         a.pop(k, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import subprocess
@@ -23,8 +24,10 @@ def provenance(data_hash: str) -> dict:
             "git_sha": git_sha()}
 
 
+@functools.cache
 def git_sha() -> str:
-    """The checkout's short commit, or '' outside a git checkout."""
+    """The checkout's short commit when this process first asks ('' outside a git checkout):
+    the code a long-lived worker imported, asked once, not once per trial."""
     try:
         here = os.path.dirname(os.path.abspath(__file__))
         return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
