@@ -28,20 +28,14 @@ def stale_temps(path: Path) -> list[Path]:
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> Path:
     """Call `write(binary file)` on a temp file beside `path`, fsync, and rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(path)
-    try:
+
+    def make(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)  # the rename itself survives a power loss
-    return path
+
+    return atomic_file(path, make)
 
 
 def atomic_file(path: Path, make: Callable[[Path], object]) -> Path:
@@ -56,7 +50,7 @@ def atomic_file(path: Path, make: Callable[[Path], object]) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    fsync_dir(path.parent)  # the rename itself survives a power loss
     return path
 
 
