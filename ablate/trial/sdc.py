@@ -32,7 +32,7 @@ from ablate.trial import metrics
 from ablate.trial.kind import TrialKind, TrialResult, stable_hash
 from ablate.trial.provenance import provenance
 from ablate.trial.sdc_config import SDCConfig, axes, data_hash, resolve
-from ablate.trial.setup import pick_device
+from ablate.trial.setup import pick_device, shuffler
 
 
 @functools.lru_cache(maxsize=4)
@@ -127,7 +127,7 @@ def fit(model: FocusClassify, cfg: SDCConfig, train: Mosaics, seed: int, device:
     # the fused kernel is faster per step on CPU for these tiny models (as in ablate.trial.graph)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                            fused=device.type in ("cpu", "cuda"))
-    gen = torch.Generator().manual_seed(seed)  # the seed's own batch order
+    gen = shuffler(seed)
     x = torch.from_numpy(train.x)
     x = x.to(device) if x.dtype == torch.uint8 else _as_float(x).to(device)
     y = torch.from_numpy(train.y).to(device)
