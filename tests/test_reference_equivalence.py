@@ -1,7 +1,8 @@
 """Our GraphNet against an independent dense model with the authors' semantics (SPEC §2-3).
 
-The model below is written from the facts of the reference (bknyaz/graph_attention_pool,
-`chebygin.py`): each layer rebuilds its operator from the batch's adjacency, degrees
+The model (`benchmarks/reference_semantics.py`, which also trains it on COLORS) is
+written from the facts of the reference (bknyaz/graph_attention_pool, `chebygin.py`):
+each layer rebuilds its operator from the batch's adjacency, degrees
 D = column sums of A (plus I for K = 1), D^-1/2 with eps 1e-7, the Chebyshev operator
 negated (K > 1), terms stacked as [k, f] before one Linear + ReLU, orders >= 1 (or the
 K = 1 term) times D for SUM aggregation, zero padding to the batch's largest graph and
@@ -13,10 +14,12 @@ gave the same TEST-LARGE-C spread.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
@@ -25,53 +28,12 @@ from ablate.models.network import GraphNet
 from ablate.trial.batches import TrainBatches
 from ablate.trial.fit import fit
 
-
-class RefLayer(nn.Module):
-    def __init__(self, c_in: int, c_out: int, K: int, sum_agg: bool, hidden: int):
-        super().__init__()
-        self.K, self.sum_agg = K, sum_agg
-        if hidden:
-            self.fc = nn.Sequential(nn.Linear(c_in * K, hidden), nn.ReLU(),
-                                    nn.Linear(hidden, c_out), nn.ReLU())
-        else:
-            self.fc = nn.Sequential(nn.Linear(c_in * K, c_out), nn.ReLU())
-
-    def forward(self, x, A, mask):
-        B, N, C = x.shape
-        if self.K == 1:
-            A = A + torch.eye(N).unsqueeze(0)
-        D = A.sum(1)
-        Dh = (D + 1e-7) ** -0.5
-        L = Dh.view(B, N, 1) * A * Dh.view(B, 1, N)
-        if self.K == 1:
-            y = torch.bmm(L, x).unsqueeze(2)
-            if self.sum_agg:
-                y = y * D.view(B, N, 1, 1)
-        else:
-            L = -L
-            terms = [x, torch.bmm(L, x)]
-            for _ in range(2, self.K):
-                terms.append(2 * torch.bmm(L, terms[-1]) - terms[-2])
-            y = torch.stack(terms, 2)  # B, N, K, C
-            if self.sum_agg:
-                scale = torch.ones(B, N, self.K)
-                scale[:, :, 1:] = D.view(B, N, 1)
-                y = y * scale.view(B, N, self.K, 1)
-        return self.fc(y.reshape(B, N, -1)) * mask.unsqueeze(2)
-
-
-class RefNet(nn.Module):
-    def __init__(self, c_in: int, filters, K: int, sum_agg: bool, hidden: int):
-        super().__init__()
-        widths = [c_in, *filters]
-        self.layers = nn.ModuleList(RefLayer(widths[i], widths[i + 1], K, sum_agg, hidden)
-                                    for i in range(len(filters)))
-        self.fc = nn.Linear(widths[-1], 1)
-
-    def forward(self, x, A, mask):
-        for layer in self.layers:
-            x = layer(x, A, mask)
-        return self.fc(x.sum(1)).squeeze(-1)
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("reference_semantics",
+                                               ROOT / "benchmarks" / "reference_semantics.py")
+reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reference)
+RefNet, ref_batch, ref_train = reference.RefNet, reference.ref_batch, reference.ref_train
 
 
 def colors_like(G: int = 40, seed: int = 0) -> GraphSet:
@@ -92,34 +54,11 @@ def colors_like(G: int = 40, seed: int = 0) -> GraphSet:
     return GraphSet.from_graphs(xs, edges, ys, gts)
 
 
-def ref_batch(gs: GraphSet, idx: np.ndarray):
-    """The reference's collate: pad to the largest graph of this batch only."""
-    n = gs.num_nodes[idx]
-    N = int(n.max())
-    x, A, m = torch.zeros(len(idx), N, 4), torch.zeros(len(idx), N, N), torch.zeros(len(idx), N)
-    for b, i in enumerate(idx):
-        n0, n1 = gs.node_ptr[i], gs.node_ptr[i + 1]
-        e0, e1 = gs.edge_ptr[i], gs.edge_ptr[i + 1]
-        x[b, : n1 - n0] = torch.from_numpy(gs.x[n0:n1])
-        ei = gs.edge_index[:, e0:e1]
-        A[b, ei[0], ei[1]] = 1
-        m[b, : n1 - n0] = 1
-    return x, A, m, torch.from_numpy(gs.y[idx]).float()
-
-
 def matched_pair(backbone: str, **kw) -> tuple[GraphNet, RefNet, TrialConfig]:
     cfg = resolve(TrialConfig(dataset="colors", backbone=backbone, pool_layers=(), device="cpu",
                               **kw))
     ours = GraphNet(cfg, 4, 1)
-    ref = RefNet(4, cfg.filters, cfg.K, cfg.aggregation == "sum", cfg.hidden)
-    with torch.no_grad():
-        for mine, theirs in zip(ours.layers, ref.layers):
-            lins = [m for m in mine.mlp if isinstance(m, nn.Linear)]
-            for a, b in zip(lins, [m for m in theirs.fc if isinstance(m, nn.Linear)]):
-                b.weight.copy_(a.weight)
-                b.bias.copy_(a.bias)
-        ref.fc.weight.copy_(ours.head.weight)
-        ref.fc.bias.copy_(ours.head.bias)
+    ref = RefNet.like(cfg, 4).copy_from(ours)
     return ours, ref, cfg
 
 
@@ -146,7 +85,6 @@ def test_forward_equals_the_reference_semantics(backbone, kw):
         torch.testing.assert_close(ours(xp, Graph(Ap, mp)).out, out, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
 def test_training_matches_the_reference_loop():
     """Same init, same batch order: our fit() and the reference's loop (Adam (0.5, 0.999), L2
     1e-4, MultiStepLR stepped at each epoch's start, MSE) end at the same weights."""
@@ -156,17 +94,7 @@ def test_training_matches_the_reference_loop():
     seed = 5
     fit(ours, cfg, TrainBatches(gs, torch.device("cpu")), seed)
 
-    opt = torch.optim.Adam(ref.parameters(), lr=1e-3, weight_decay=1e-4, betas=(0.5, 0.999))
-    sched = torch.optim.lr_scheduler.MultiStepLR(opt, [4], gamma=0.1)
-    gen = torch.Generator().manual_seed(seed)  # ablate.trial.setup.shuffler(seed)
-    for _ in range(cfg.epochs):
-        sched.step()  # the reference steps first: the decay at 4 applies to epoch 4
-        for idx in torch.randperm(len(gs), generator=gen).split(cfg.batch_size):
-            x, A, m, y = ref_batch(gs, idx.numpy())
-            opt.zero_grad()
-            ((ref(x, A, m) - y) ** 2).mean().backward()
-            opt.step()
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4)
+    ref_train(ref, gs, cfg, seed)
     mine = [ours.layers[0].mlp[0].weight, ours.layers[1].mlp[0].weight, ours.head.weight]
     theirs = [ref.layers[0].fc[0].weight, ref.layers[1].fc[0].weight, ref.fc.weight]
     for a, b in zip(mine, theirs):
