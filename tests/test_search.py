@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -173,6 +174,10 @@ def _optuna_trials(db: Path) -> int:
     return sum(t.state == optuna.trial.TrialState.COMPLETE for t in st.get_trials(deepcopy=False))
 
 
+def _tune_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("ablate-*search-*"))
+
+
 def test_resume_after_sigkill(tmp_path):
     """Kill the driver once a trial is in SQLite; a rerun continues the same study to max_trials."""
     from ablate.runner.store import read_trials
@@ -183,6 +188,7 @@ def test_resume_after_sigkill(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT)}
     db = tmp_path / "threshold_search" / "colors_chebygin_unsup" / "optuna.db"
     log = tmp_path / "first_run.log"
+    tune_before = _tune_folders()
     with open(log, "wb") as err:
         p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
                              start_new_session=True)
@@ -198,6 +204,8 @@ def test_resume_after_sigkill(tmp_path):
     rerun = [a if not a.startswith("max_trials=") else f"max_trials={total}" for a in cmd]
     out = subprocess.run(rerun, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
+    # the killed driver's Tune folder is gone (the rerun removed it) and so is the rerun's own
+    assert not _tune_folders() - tune_before, _tune_folders() - tune_before
     assert _optuna_trials(db) == total  # continued up to the total, not restarted
     df = read_trials(tmp_path, "threshold_search")
     search = df[df.role == "search"]
