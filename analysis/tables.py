@@ -105,26 +105,38 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
     rank = {r: i for i, r in enumerate(rows)}
     c = c.sort_values(["row", "dataset"], key=lambda s: s.map(rank) if s.name == "row" else s,
                       kind="stable")
-    header = [[("Model", 1), ("Dataset", 1), ("Column", 1), ("Ours", 1), ("Paper", 1),
-               ("Δ (ours − paper)", 1), ("Source", 1)]]
+    header = [[("Model", 1), ("Dataset", 1), ("Column", 1), ("Ours", 1),
+               ("Ours, 95% CI of the mean", 1), ("Paper", 1), ("Δ (ours − paper)", 1),
+               ("Source", 1)]]
     body, bold = [], []
     for _, x in c.iterrows():
         paper = _num(x["paper"]) + (f" ± {_num(x['paper_std'])}"
                                     if np.isfinite(x["paper_std"]) else "")
         body.append([x["row"], dataset_name(x["dataset"]) + (" †" if x["dataset"] in reduced
                                                               else ""),
-                     column_name(x["column"]), fmt_pm(x["mean"], x["std"]), paper,
-                     f"{x['diff_paper']:+.1f}", x["paper_source"]])
-        bold.append([False] * 7)
+                     column_name(x["column"]), fmt_pm(x["mean"], x["std"]),
+                     _interval(x["ci_lo"], x["ci_hi"]), paper, f"{x['diff_paper']:+.1f}",
+                     x["paper_source"]])
+        bold.append([False] * 8)
     notes = ["Paper numbers: Knyazev et al. 2019, workshop table (SPEC §5) or, where it exists, "
-             "the final version (ChebyGIN). Δ in percentage points."]
+             "the final version (ChebyGIN). Δ in percentage points. 95% CI: percentile "
+             "bootstrap of our mean over its n runs (none below "
+             f"{stats.MIN_PAIRED_SEEDS} runs). The paper's number is a mean over seeds too, "
+             "with noise of its own, so a paper number just outside our CI is not yet a "
+             "difference: on COLORS LARGE-C a row moves by about ±11 points from seed to "
+             "seed, and two 10-seed means of one implementation can differ by 12 (docs/fidelity.md)."]
     if reduced:
         notes.append("† trained on a dataset recipe that differs from the paper's (data_params): "
                       "not comparable.")
-    data = c[["row", "dataset", "column", "n", "mean", "std", "paper", "paper_std",
-              "diff_paper", "paper_source"]]
+    data = c[["row", "dataset", "column", "n", "mean", "std", "ci_lo", "ci_hi", "paper",
+              "paper_std", "diff_paper", "paper_source"]]
     return Table("paper", "Our numbers beside the paper's", header, body, bold, data, notes,
-                 align="lllrrrl")
+                 align="lllrrrrl")
+
+
+def _interval(lo: float, hi: float) -> str:
+    """A CI of a mean: '[14.0, 22.0]'; '–' when there is none."""
+    return "–" if np.isnan(lo) or np.isnan(hi) else f"[{lo:.1f}, {hi:.1f}]"
 
 
 def stats_table(cells: pd.DataFrame) -> Table:

@@ -241,6 +241,12 @@ def test_paper_comparison(report):
     assert reference("ChebyGIN sup", "triangles", "test_large").source == "final"
     assert reference("GIN global pool", "colors", "auc").mean == 98.0
     assert reference("ChebyGIN + GT attention", "colors", "test_orig") is None
+    # our mean comes with its bootstrap CI where there are enough runs to have one
+    assert {"ci_lo", "ci_hi"} <= set(df.columns)
+    ci = df.dropna(subset=["ci_lo", "ci_hi"])
+    assert len(ci) and ((ci.ci_lo <= ci["mean"] + 1e-9) & (ci["mean"] <= ci.ci_hi + 1e-9)).all()
+    md = (out / "tables" / "known__paper.md").read_text()
+    assert "Ours, 95% CI of the mean" in md and f"[{ci.ci_lo.iloc[0]:.1f}, " in md
 
 
 def test_variant_labels():
