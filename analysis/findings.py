@@ -18,6 +18,8 @@ rows of the SDC table with that many runs; `sdc_thin_banner` names the others.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -151,14 +153,28 @@ def paper_findings(cells: pd.DataFrame, tolerance: float = 5.0) -> list[str]:
 
 
 def power_findings(cells: pd.DataFrame) -> list[str]:
-    """A caveat when no tested comparison can reach significance with the seeds run."""
-    n = _tested(cells)["n_pairs"]
-    if n.empty or stats.min_p(int(n.max())) < ALPHA:
+    """A caveat when no tested comparison can reach significance with the seeds run: the
+    sign-flip p itself, or Holm's adjustment over the m tests (its smallest value is
+    m x the smallest p), cannot go below ALPHA."""
+    tested = _tested(cells)
+    n = tested["n_pairs"]
+    if n.empty:
         return []
-    return [f"With at most {int(n.max())} shared seeds per comparison no sign-flip test can reach "
-            f"p < {ALPHA} (smallest possible p = {stats.min_p(int(n.max())):.4f}) and the 95% "
-            "CIs of differences are unbounded: run at least 6 seeds per row before calling a "
-            "difference significant."]
+    n_max, m = int(n.max()), len(tested)
+    if stats.min_p(n_max) >= ALPHA:
+        return [f"With at most {n_max} shared seeds per comparison no sign-flip test can reach "
+                f"p < {ALPHA} (smallest possible p = {stats.min_p(n_max):.4f}) and the 95% "
+                "CIs of differences are unbounded: run at least 6 seeds per row before calling "
+                "a difference significant."]
+    floor = m * stats.min_p(n_max)
+    if floor < ALPHA:
+        return []
+    need = math.ceil(math.log2(2 * m / ALPHA) + 1e-12)
+    return [f"With at most {n_max} shared seeds per comparison and {m} tested comparisons, "
+            f"no Holm-adjusted p can fall below {min(floor, 1.0):.3f} ({m} x 2/2^{n_max}), so "
+            f"no difference is marked significant however large: read the unadjusted p and "
+            f"the CIs of the differences, or run at least {need} seeds per row (or compare "
+            "fewer rows) for the ↑/↓ markers."]
 
 
 def _by_count(counts: pd.Series, name) -> str:

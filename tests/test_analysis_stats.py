@@ -135,3 +135,23 @@ def test_bootstrap_ci_ignores_non_finite_values():
     x = [1.0] * 4 + [0.0] * 5
     assert stats.bootstrap_ci(x + [np.nan, np.inf]) == stats.bootstrap_ci(x)
     assert all(math.isnan(v) for v in stats.bootstrap_ci([np.nan]))
+
+
+def test_power_caveat_when_holm_cannot_reach_alpha():
+    """10 seeds give p >= 2/1024; over 26+ tests Holm's smallest adjusted p is >= 0.05, so the
+    report must say that no marker can appear (a caveat), and say nothing when one can."""
+    import pandas as pd
+
+    from analysis.findings import power_findings
+
+    def cells(m: int, n: int) -> pd.DataFrame:
+        return pd.DataFrame({"p": [stats.min_p(n)] * m, "n_pairs": [n] * m})
+
+    many = power_findings(cells(32, 10))
+    assert len(many) == 1 and "32 tested comparisons" in many[0] and "0.062" in many[0]
+    assert "at least 11 seeds" in many[0]  # 32 x 2/2^11 = 0.031 < 0.05
+    assert stats.holm([stats.min_p(11)] * 32).min() < 0.05 <= stats.holm(
+        [stats.min_p(10)] * 32).min()
+    assert power_findings(cells(8, 10)) == []  # 8 x 2/1024 = 0.016: markers can appear
+    few = power_findings(cells(3, 4))  # 2/16 >= 0.05: the sign-flip itself cannot
+    assert len(few) == 1 and "smallest possible p" in few[0]
