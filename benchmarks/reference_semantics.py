@@ -107,6 +107,56 @@ class RefNet(nn.Module):
         return self
 
 
+class RefAttnNet(RefNet):
+    """RefNet with the reference's attention pooling before layer `pool_layer` (>= 1): scores
+    p^T x_prev on the previous layer's input (`fc_prev`), alpha = exp(score) over the graph's
+    nodes / (sum + 1e-7), x <- alpha x, keep alpha > threshold (A masked to the kept nodes),
+    and for supervision KL(alpha_GT || alpha) per node summed over nodes / N, mean over
+    graphs, times kl_weight (`attention_pooling.py`)."""
+
+    def __init__(self, c_in: int, filters, K: int, sum_agg: bool, hidden: int,
+                 pool_layer: int, threshold: float, kl_weight: float):
+        super().__init__(c_in, filters, K, sum_agg, hidden)
+        if pool_layer < 1:
+            raise ValueError("the fc_prev scorer needs a previous layer: pool_layer >= 1")
+        widths = [c_in, *filters]
+        self.pool_layer, self.threshold, self.kl_weight = pool_layer, threshold, kl_weight
+        self.proj = nn.Linear(widths[pool_layer - 1], 1, bias=False)
+        with torch.no_grad():
+            self.proj.weight.copy_(torch.randn(self.proj.weight.shape))  # p ~ N(0, 1)
+
+    def forward(self, x, A, mask, gt=None):
+        """(output (B,), KL term or None, alpha (B, N) of the pooling layer)."""
+        B, N, _ = x.shape
+        prev, kl, alpha = x, None, None
+        for i, layer in enumerate(self.layers):
+            if i == self.pool_layer:
+                e = torch.exp(self.proj(prev).view(B, N)) * mask
+                alpha = e / (e.sum(1, keepdim=True) + 1e-7)
+                if gt is not None and self.training:
+                    per_node = (torch.xlogy(gt, gt) - gt * torch.log(alpha + 1e-14)) * mask
+                    kl = self.kl_weight * (per_node.sum(1) / mask.sum(1)).mean()
+                x = x * alpha.unsqueeze(-1)
+                mask = mask * (alpha > self.threshold)
+                A = A * mask.unsqueeze(2) * mask.unsqueeze(1)
+            prev = x
+            x = layer(x, A, mask)
+        return self.fc(x.sum(1)).squeeze(-1), kl, alpha
+
+    @classmethod
+    def like(cls, cfg: TrialConfig, c_in: int) -> RefAttnNet:
+        if cfg.scorer != "fc" or cfg.scorer_input != "prev" or len(cfg.pool_layers) != 1:
+            raise ValueError("RefAttnNet covers one fc_prev pooling layer")
+        return cls(c_in, cfg.filters, cfg.K, cfg.aggregation == "sum", cfg.hidden,
+                   cfg.pool_layers[0], cfg.threshold, cfg.kl_weight)
+
+    def copy_from(self, ours: GraphNet) -> RefAttnNet:
+        super().copy_from(ours)
+        with torch.no_grad():
+            self.proj.weight.copy_(ours.pools[str(self.pool_layer)].p)
+        return self
+
+
 def ref_batch(gs: GraphSet, idx: np.ndarray):
     """The reference's collate: x, A, mask, y padded to the largest graph of this batch."""
     N = int(gs.num_nodes[idx].max())

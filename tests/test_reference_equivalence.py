@@ -6,7 +6,9 @@ each layer rebuilds its operator from the batch's adjacency, degrees
 D = column sums of A (plus I for K = 1), D^-1/2 with eps 1e-7, the Chebyshev operator
 negated (K > 1), terms stacked as [k, f] before one Linear + ReLU, orders >= 1 (or the
 K = 1 term) times D for SUM aggregation, zero padding to the batch's largest graph and
-the node mask applied after every layer; sum readout; Linear head. With the same initial
+the node mask applied after every layer; sum readout; Linear head; and its attention
+pooling (`attention_pooling.py`: exp-normalised p^T x_prev, x <- alpha x, keep alpha >
+threshold, KL / N for supervision). With the same initial
 weights and batch order, both must give the same outputs and the same trained weights:
 this is what settled issue 10's item 10 (docs/fidelity.md), where 30 seeds of either
 gave the same TEST-LARGE-C spread.
@@ -25,7 +27,7 @@ from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet
-from ablate.trial.batches import TrainBatches
+from ablate.trial.batches import TrainBatches, collate
 from ablate.trial.fit import fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,7 @@ _spec = importlib.util.spec_from_file_location("reference_semantics",
 reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference)
 RefNet, ref_batch, ref_train = reference.RefNet, reference.ref_batch, reference.ref_train
+RefAttnNet = reference.RefAttnNet
 
 
 def colors_like(G: int = 40, seed: int = 0) -> GraphSet:
@@ -103,3 +106,46 @@ def test_training_matches_the_reference_loop():
     torch.manual_seed(3)
     init, _, _ = matched_pair("chebygin_ref", epochs=6, lr_decay_epochs=(4,))
     assert (init.head.weight - ours.head.weight).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("supervision", ["sup", "unsup"])
+def test_attention_pooling_equals_the_reference_semantics(supervision):
+    """COLORS ChebyGIN with one attention layer (fc_prev scorer, threshold): the same alpha,
+    kept nodes, output, KL term and gradients as the reference's AttentionPooling."""
+    torch.manual_seed(1)
+    cfg = resolve(TrialConfig(dataset="colors", backbone="chebygin_ref", supervision=supervision,
+                              threshold=0.08, device="cpu"))
+    ours = GraphNet(cfg, 4, 1)
+    ref = RefAttnNet.like(cfg, 4).copy_from(ours)
+    b = collate(colors_like(G=40))
+    m = b.mask.float()
+    ours.eval()
+    ref.eval()
+    with torch.no_grad():
+        o = ours(b.x, Graph(b.A, b.mask))
+        r_out, _, r_alpha = ref(b.x, b.A, m)
+    torch.testing.assert_close(o.pools[0].alpha * m, r_alpha, atol=1e-6, rtol=1e-5)
+    keep = o.pools[0].graph.mask
+    assert torch.equal(keep, b.mask & (r_alpha > cfg.threshold))
+    assert (b.mask & ~keep).any() and keep.any()  # the threshold dropped some nodes, not all
+    torch.testing.assert_close(o.out, r_out, atol=1e-4, rtol=1e-4)
+
+    ours.train()
+    ref.train()
+    gt = b.gt if supervision == "sup" else None
+    o = ours(b.x, Graph(b.A, b.mask), gt)
+    r_out, r_kl, _ = ref(b.x, b.A, m, gt)
+    y = b.y.float()
+    loss_o = ((o.out - y) ** 2).mean() + o.reg
+    loss_r = ((r_out - y) ** 2).mean() + (r_kl if r_kl is not None else 0.0)
+    if supervision == "sup":
+        torch.testing.assert_close(o.reg, r_kl, atol=1e-5, rtol=1e-5)
+    else:
+        assert r_kl is None and o.reg == 0.0
+    loss_o.backward()
+    loss_r.backward()
+    pairs = [(ours.pools["1"].p, ref.proj.weight), (ours.head.weight, ref.fc.weight)]
+    pairs += [(a.mlp[0].weight, b_.fc[0].weight) for a, b_ in zip(ours.layers, ref.layers)]
+    for mine, theirs in pairs:
+        assert mine.grad is not None and mine.grad.abs().sum() > 0
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-4, rtol=1e-3)
