@@ -34,6 +34,9 @@ from analysis.formatting import TEST_SPLITS, column_name, dataset_name
 from analysis.json_columns import json_table, json_value
 from analysis.load import layer_columns
 
+# line style and marker of each test split in the curve figures (captions name them)
+SPLIT_STYLES = {"test_orig": ("-", "o"), "test_large": ("--", "s"), "test_largec": (":", "^")}
+
 
 def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
     """Ratio of nodes kept per pooling layer vs threshold."""
@@ -70,7 +73,7 @@ def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
         for j, ds_ in enumerate(datasets):
             ax = axes[0, j]
             for lay in layers:
-                for sp, ls, mk in (("test_orig", "-", "o"), ("test_large", "--", "s")):
+                for sp, (ls, mk) in list(SPLIT_STYLES.items())[:2]:
                     g = long[(long["dataset"] == ds_) & (long["layer"] == lay)
                              & (long["split"] == sp)]
                     h = median_band(ax, g, "x", "kept", pal[lay], ls=ls, marker=mk)
@@ -142,8 +145,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
             bins = sorted(map(tuple, g[["lo", "hi"]].drop_duplicates().to_numpy().tolist()))
             g = g.assign(x=g.groupby(["lo", "hi"], sort=True).ngroup())
             for v in hue:
-                for sp, ls, mk in (("test_orig", "-", "o"), ("test_large", "--", "s"),
-                                   ("test_largec", ":", "^")):
+                for sp, (ls, mk) in SPLIT_STYLES.items():
                     h = median_band(ax, g[(g["variant"] == v) & (g["split"] == sp)], "x",
                                     "acc", pal[v], ls=ls, marker=mk)
                     if h is not None:

@@ -164,17 +164,22 @@ def power_findings(cells: pd.DataFrame) -> list[str]:
     if stats.min_p(n_max) >= ALPHA:
         return [f"With at most {n_max} shared seeds per comparison no sign-flip test can reach "
                 f"p < {ALPHA} (smallest possible p = {stats.min_p(n_max):.4f}) and the 95% "
-                "CIs of differences are unbounded: run at least 6 seeds per row before calling "
-                "a difference significant."]
+                f"CIs of differences are unbounded: run at least {_seeds_for(1)} seeds per row "
+                "before calling a difference significant."]
     floor = m * stats.min_p(n_max)
     if floor < ALPHA:
         return []
-    need = math.ceil(math.log2(2 * m / ALPHA) + 1e-12)
+    need = _seeds_for(m)
     return [f"With at most {n_max} shared seeds per comparison and {m} tested comparisons, "
             f"no Holm-adjusted p can fall below {min(floor, 1.0):.3f} ({m} x 2/2^{n_max}), so "
             f"no difference is marked significant however large: read the unadjusted p and "
             f"the CIs of the differences, or run at least {need} seeds per row (or compare "
             "fewer rows) for the ↑/↓ markers."]
+
+
+def _seeds_for(m: int) -> int:
+    """Fewest shared seeds n with m x min_p(n) < ALPHA: Holm over m tests can then mark one."""
+    return math.ceil(math.log2(2 * m / ALPHA) + 1e-12)
 
 
 def _by_count(counts: pd.Series, name) -> str:
@@ -218,11 +223,12 @@ def findings(cells: pd.DataFrame, fig_info: dict[str, dict], limit: int = 5) -> 
     out += fit_findings(fig_info.get("acc_vs_auc", {}).get("fits", {}))
     out += init_findings(fig_info.get("init_cos", {}))
     if not cells.empty:
+        best = best_findings(cells)
         out += power_findings(cells)
-        out += best_findings(cells)[:1]
+        out += best[:1]
         out += effects[1:]
         out += paper_findings(cells)
-        out += best_findings(cells)[1:]
+        out += best[1:]
     return out[:limit]
 
 

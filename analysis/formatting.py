@@ -43,6 +43,11 @@ def fmt_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def fmt_interval(lo: float, hi: float) -> str:
+    """A CI of a mean: '[14.0, 22.0]'; '–' when there is none."""
+    return "–" if np.isnan(lo) or np.isnan(hi) else f"[{lo:.1f}, {hi:.1f}]"
+
+
 def fmt_ci(lo: float, hi: float) -> str:
     """A CI of a difference: '[+1.0, +3.5]'; unbounded ends as ∞; '–' when absent."""
     if np.isnan(lo) or np.isnan(hi):

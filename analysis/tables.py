@@ -32,6 +32,7 @@ from analysis.formatting import (
     column_name,
     dataset_name,
     fmt_ci,
+    fmt_interval,
     fmt_p,
     fmt_pm,
 )
@@ -115,7 +116,7 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
         body.append([x["row"], dataset_name(x["dataset"]) + (" †" if x["dataset"] in reduced
                                                               else ""),
                      column_name(x["column"]), fmt_pm(x["mean"], x["std"]),
-                     _interval(x["ci_lo"], x["ci_hi"]), paper, f"{x['diff_paper']:+.1f}",
+                     fmt_interval(x["ci_lo"], x["ci_hi"]), paper, f"{x['diff_paper']:+.1f}",
                      x["paper_source"]])
         bold.append([False] * 8)
     notes = ["Paper numbers: Knyazev et al. 2019, workshop table (SPEC §5) or, where it exists, "
@@ -134,11 +135,6 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
                  align="lllrrrrl")
 
 
-def _interval(lo: float, hi: float) -> str:
-    """A CI of a mean: '[14.0, 22.0]'; '–' when there is none."""
-    return "–" if np.isnan(lo) or np.isnan(hi) else f"[{lo:.1f}, {hi:.1f}]"
-
-
 def stats_table(cells: pd.DataFrame) -> Table:
     """Every cell's n, mean ± std, 95% CI and its one-axis comparisons (one line each)."""
     header = [[("Model", 1), ("Dataset", 1), ("Column", 1), ("n", 1), ("mean ± std", 1),
@@ -150,7 +146,7 @@ def stats_table(cells: pd.DataFrame) -> Table:
         vs = f"{x['axis']}={x['base_value']}" if x["axis"] else "–"
         body.append([x["row"], dataset_name(x["dataset"]), column_name(x["column"]),
                      str(x["n"]), fmt_pm(x["mean"], x["std"]),
-                     f"[{x['ci_lo']:.1f}, {x['ci_hi']:.1f}]" if np.isfinite(x["ci_lo"]) else "–",
+                     fmt_interval(x["ci_lo"], x["ci_hi"]),
                      vs,
                      str(x["n_pairs"]) if x["axis"] else "–",
                      f"{x['delta']:+.1f} {fmt_ci(x['delta_lo'], x['delta_hi'])}" if has else "–",

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -39,9 +37,9 @@ from ablate.runner.ray_env import (
     check_devices,
     check_resources,
     check_resources_early,
-    clean_tune_leftovers,
     gpus_per_trial,
     quiet_ray_env,
+    tune_storage,
 )
 from ablate.runner.study import Study, Trial
 from ablate.runner.worker import trainable
@@ -149,9 +147,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
 
     from ablate.runner.tune_callback import StorageStop, StoreCallback, trial_name
 
-    clean_tune_leftovers()
-    storage = tempfile.mkdtemp(prefix=f"ablate-tune-{study.name}-pid{os.getpid()}-")
-    try:
+    with tune_storage(study.name) as storage:
         gpus = gpus_per_trial(study.spec.gpus_per_trial)
         check_resources(study, gpus, embedded=embedded, stream=stream)
         store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
@@ -195,8 +191,6 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         summary.storage_error = callback.storage_error
         for tid, error in sorted(callback.errors.items()):
             summary.errors.setdefault(error, []).append(tid)
-    finally:
-        shutil.rmtree(storage, ignore_errors=True)
 
 
 def _payload(pack: Pack, spec, cache: str | None) -> dict:

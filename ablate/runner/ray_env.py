@@ -11,6 +11,7 @@ whose trials can never run on this machine or cluster, before any trial starts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -225,6 +226,18 @@ def check_resources(study: Study, gpus: float, embedded: bool, stream: TextIO) -
     if short:
         stream.write(f"warning: {short[0]}s now; trials wait until the autoscaler adds "
                      "nodes\n")
+
+
+@contextlib.contextmanager
+def tune_storage(name: str):
+    """A Tune experiment folder for this driver, `ablate-tune-<name>-pid<pid>-*` in the temp
+    dir: folders left by killed drivers are removed first, this one on exit."""
+    clean_tune_leftovers()
+    path = tempfile.mkdtemp(prefix=f"ablate-tune-{name}-pid{os.getpid()}-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def clean_tune_leftovers(prefix: str = "ablate-tune-") -> int:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,7 +154,7 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.runner.ray_env import clean_tune_leftovers
+    from ablate.runner.ray_env import tune_storage
     from ablate.runner.search_trial import search_trainable
 
     cfg = arm_config(spec, arm)
@@ -177,9 +175,7 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
             "cache_dir": os.environ.get("ABLATE_CACHE")}
     fn = tune.with_resources(tune.with_parameters(search_trainable, base=base),
                              {"cpu": spec.cpus_per_trial})
-    clean_tune_leftovers()  # folders of searches whose driver was killed
-    tmp = tempfile.mkdtemp(prefix=f"ablate-tune-search-pid{os.getpid()}-")
-    try:
+    with tune_storage("search") as tmp:
         tune.Tuner(
             fn,
             tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, num_samples=n_new,
@@ -189,6 +185,4 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
                                       callbacks=[writer],
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False)),
         ).fit()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return len(writer.written)
