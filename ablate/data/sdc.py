@@ -10,7 +10,7 @@ The foreground index is ground truth for EVALUATION only: `SDCData.splits`
 holds inputs and labels (`Mosaics(x, y)`), and the indices live apart in
 `SDCData.fg_index`, so a trainer that reads `splits` cannot see them.
 
-Tasks (the `task` names of `ablate.sdc.SDCConfig`):
+Tasks (the `task` names of `ablate.trial.sdc_config.SDCConfig`):
 
 - `synthetic_linear`: 2-D Gaussians, k = 3; the foreground classes are
   linearly separable from the background (a linear focus net can rank the

@@ -150,9 +150,9 @@ def load_spec(name: str, directory: Path | None = None) -> StudySpec:
         if not isinstance(choices, list) or not choices:
             raise ConfigError(f"{path}: grid axis {axis!r} must be a non-empty list of choices "
                               f"(write a tuple axis as [[1], [1, 2]])")
-    spec.variants = [dict(v) for v in raw.get("variants") or []]
     if any(not isinstance(v, dict) for v in raw.get("variants") or []):
         raise ConfigError(f"{path}: 'variants' must be a list of mappings")
+    spec.variants = [dict(v) for v in raw.get("variants") or []]
     both = sorted({k for v in spec.variants for k in v} & set(spec.grid))
     if both:
         raise ConfigError(f"{path}: axis {both} appears in both 'grid' and 'variants'")

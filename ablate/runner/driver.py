@@ -240,7 +240,7 @@ def check_data_paths(study: Study) -> None:
     a run finds it when it loads the data, before Ray starts)."""
     for t in study.trials:
         path = dict(t.data_params).get("path") if _reads_local_files(t) else None
-        if path is not None and not Path(path).exists():
+        if path is not None and not Path(path).expanduser().exists():
             raise ConfigError(f"dataset {t.dataset}: data.path {str(path)!r} does not exist "
                               "(dataset parameters are set as data.KEY=VALUE)")
 

@@ -8,6 +8,7 @@ the path in their payload) import the same object.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import typing
 from typing import Any
@@ -36,8 +37,9 @@ def load_attr(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+@functools.cache
 def config_fields(kind: str) -> dict[str, Any]:
-    """Field name -> type hint of the kind's config dataclass."""
+    """Field name -> type hint of the kind's config dataclass (read-only; once per kind)."""
     cls = trial_kind(kind).config
     hints = typing.get_type_hints(cls)
     return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}

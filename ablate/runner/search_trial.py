@@ -107,7 +107,7 @@ def train_jointly(cfg, splits: dict | list[dict],
 
     `splits` is one {train, val} dict, or a list of them (cross-validation folds):
     then every (fold, seed) is a member, fold-major, and `val_accs` has one entry
-    per member. Each member runs ``ablate.trial.graph.fit`` in its own thread; its
+    per member. Each member runs ``ablate.trial.fit.fit`` in its own thread; its
     ``on_epoch`` callback evaluates its val batches and hands control back, so
     exactly one member computes at a time (the trial's CPU budget) and all
     members finish epoch e before `report` sees it. If `report` raises (Tune

@@ -84,8 +84,10 @@ class TrainBatches:
         """Replace the ground truth (e.g. by weak-supervision attention), flat per node."""
         self.gs = GraphSet(self.gs.x, gt_per_node.astype(np.float32), self.gs.node_ptr,
                            self.gs.edge_index, self.gs.edge_ptr, self.gs.y, self.gs.edge_weight)
-        if self.dense is not None:
-            self.dense = collate(self.gs).to(self.device)
+        if self.dense is not None:  # only gt changes: no new collation of x and A
+            gt = torch.zeros_like(self.dense.gt)
+            gt[self.dense.mask] = torch.from_numpy(self.gs.gt).to(self.device)  # row-major order
+            self.dense = self.dense.replace_gt(gt)
 
     def epoch(self, batch_size: int, generator: torch.Generator):
         """Yield DenseBatches of a fresh random permutation (last batch may be smaller)."""

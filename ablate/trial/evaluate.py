@@ -39,7 +39,7 @@ def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> di
 
     `loo_alpha(batch)` gives leave-one-out attention (models without pooling), or None.
     The record's private key ``_attention`` holds per pooling layer the (alpha, gt) of every
-    node scored, for `pool_test_auc`; `finish_records` removes it.
+    node scored, for `pool_test_auc`, which removes it.
     """
     n_pools = len(cfg.pool_layers)
     preds, ys, sizes, losses = [], [], [], []

@@ -30,14 +30,7 @@ def _gather(train: TrainBatches, idx: Tensor, static: bool) -> DenseBatch:
     S, B = idx.shape
     flat = idx.reshape(-1)
     if train.dense is not None:
-        d = train.dense
-        if static:
-            b = DenseBatch(d.x[flat], d.A[flat], d.mask[flat], d.gt[flat], d.y[flat],
-                           d.n_nodes[flat])
-        else:
-            n = int(d.n_nodes[flat].max())  # a host sync: the eager path only
-            b = DenseBatch(d.x[:, :n][flat], d.A[:, :n, :n][flat], d.mask[:, :n][flat],
-                           d.gt[:, :n][flat], d.y[flat], d.n_nodes[flat])
+        b = train.dense.index(flat, trim=not static)  # trim: a host sync, the eager path only
     else:
         ids = flat.cpu().numpy()
         n = int(train.gs.num_nodes.max() if static else train.gs.num_nodes[ids].max())

@@ -32,7 +32,7 @@ from ablate.trial import metrics
 from ablate.trial.kind import TrialKind, TrialResult, stable_hash
 from ablate.trial.provenance import provenance
 from ablate.trial.sdc_config import SDCConfig, axes, data_hash, resolve
-from ablate.trial.setup import pick_device, shuffler
+from ablate.trial.setup import pick_device, prepare_process, shuffler
 
 
 @functools.lru_cache(maxsize=4)
@@ -184,7 +184,7 @@ def run_seed(cfg: SDCConfig, data: SDCData, seed: int, device: torch.device) -> 
 def run_sdc_trial_full(config: SDCConfig) -> TrialResult:
     """Every seed of `config`: records per (seed, split) and per-epoch curves."""
     cfg = resolve(config)
-    torch.set_flush_denormal(True)  # denormals slow CPU training (SPEC pitfalls)
+    prepare_process()  # flush denormals, keep freed tensors in the heap (as graph trials)
     data = load_data(cfg)
     device = pick_device(cfg.device)
     common = {**axes(cfg), **provenance(data_hash(cfg))}

@@ -19,8 +19,6 @@ from ablate.models.focus import AVERAGE_AT, FOCUS_NORMALIZERS
 
 # Default recipe per task (fields left as None in SDCConfig). The 2-D set-ups use a
 # linear focus net (and a linear classifier, except k = 6: one hidden layer = 2-layer g).
-# Default recipe per task (fields left as None in SDCConfig). The 2-D set-ups use a
-# linear focus net (and a linear classifier, except k = 6: one hidden layer = 2-layer g).
 _RECIPES: dict[str, dict] = {
     "synthetic_linear": dict(focus_hidden=(), classify_hidden=(), epochs=300, lr=0.01,
                              batch_size=20),

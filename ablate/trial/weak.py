@@ -112,18 +112,17 @@ def weak_attention(diff: Tensor, mask: Tensor, floor: float = 0.0) -> Tensor:
 @torch.no_grad()
 def leave_one_out_attention(model, gs: GraphSet, device: torch.device,
                             batch_size: int = 100, target: str = "logit",
-                            floor: float = 0.0) -> tuple[np.ndarray, list]:
-    """alpha_WS for every node of `gs` (flat, GraphSet node order) and the eval batches used."""
+                            floor: float = 0.0) -> np.ndarray:
+    """alpha_WS for every node of `gs` (flat, GraphSet node order)."""
     model.eval()
     out = np.zeros(len(gs.x), dtype=np.float32)
-    batches = eval_batches(gs, batch_size, device)
-    for ids, batch in batches:
+    for ids, batch in eval_batches(gs, batch_size, device):
         diff = leave_one_out_batch(model, batch, target=target)
         alpha = weak_attention(diff, batch.mask, floor).cpu().numpy()
         for row, g in enumerate(ids):
             n0, n1 = gs.node_ptr[g], gs.node_ptr[g + 1]
             out[n0:n1] = alpha[row, : n1 - n0]
-    return out, batches
+    return out
 
 
 def weak_floor(cfg: TrialConfig) -> float:
@@ -141,7 +140,7 @@ def weak_targets(cfg: TrialConfig, splits: dict[str, GraphSet], train: TrainBatc
                         lr_decay_epochs=cfg.lr_decay_epochs if explicit else r["lr_decay_epochs"])
     model_b = seeded_model(cfg_b, seed + MODEL_B_SEED, in_ch, out_ch, device)
     fit(model_b, cfg_b, train, seed + MODEL_B_SEED)
-    alpha_ws, _ = leave_one_out_attention(model_b, splits["train"], device, cfg.test_batch_size,
-                                          cfg.weak_target, weak_floor(cfg))
+    alpha_ws = leave_one_out_attention(model_b, splits["train"], device, cfg.test_batch_size,
+                                       cfg.weak_target, weak_floor(cfg))
     train.set_gt(alpha_ws)
 
