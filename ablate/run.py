@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ablate.errors import ConfigError
 from ablate.runner.compose import RUN_KEYS, STUDY_KEYS, list_studies, load_spec
-from ablate.runner.kinds import trial_kind
+from ablate.runner.kinds import NOT_AXES, trial_kind
 from ablate.runner.study import build_study
 from ablate.runner.trial_table import fixed_axes, trial_table
 
@@ -69,7 +69,7 @@ def help_text(study: str | None = None) -> str:
     lines += ["", "trial axes (graph trials; null = the dataset's reference recipe):"]
     choices = _choices()
     for name, typ, doc in _field_docs(trial_kind("graph").config):
-        if name in ("study", "seeds", "data_params", "extra"):
+        if name in NOT_AXES:
             continue
         allowed = "|".join(choices[name]) if name in choices else _pretty(typ)
         lines.append(f"  {name + '=':<18} {allowed}  -- {doc}")

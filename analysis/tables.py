@@ -37,7 +37,7 @@ from analysis.formatting import (
     fmt_pm,
 )
 from analysis.load import layer_columns
-from analysis.reference import AUC_COLUMN, SDC_REFERENCE
+from analysis.reference import SDC_REFERENCE
 from analysis.table_render import MAX_HTML_COLUMNS, Table
 
 __all__ = [
@@ -61,9 +61,7 @@ def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
                notes: list[str]) -> Table:
     """SPEC §5 layout: rows = model variants, columns = per dataset accuracy per test
     split and attention AUC; mean ± std, best per column bold, ↑/↓ = significant."""
-    layout = [(d, [c for c in [*TEST_SPLITS, AUC_COLUMN]
-                   if c in set(cells.loc[cells["dataset"] == d, "column"])])
-              for d in sorted(cells["dataset"].unique())]
+    layout = list(columns_of(cells).items())
     header = [[("", 1), ("", 1)] + [(dataset_name(d), len(cs)) for d, cs in layout],
               [("Model", 1), ("n", 1)] + [(column_name(c), 1) for _, cs in layout for c in cs]]
     cells = primary(cells)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import ConfigError, choice_error
-from ablate.runner.kinds import config_fields, trial_kind
+from ablate.runner.kinds import NOT_AXES, config_fields, trial_kind
 
 
 def _studies_dir() -> Path:
@@ -262,13 +262,13 @@ def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
             _set_study_key(spec, key, STUDY_KEYS[key][0] if o.delete else value)
         elif key.startswith("data."):
             _set_axis(spec, key, value, sweep, o.delete, spec.data, key[5:])
-        elif key in fields and key not in ("study", "seeds", "data_params", "extra"):
+        elif key in fields and key not in NOT_AXES:
             _set_axis(spec, key, value, sweep, o.delete, spec.fixed, key)
         elif o.add:  # +new=value: a free-form axis (TrialConfig.extra)
             _set_axis(spec, "+" + key, value, sweep, o.delete, spec.fixed, "+" + key)
         else:
             valid = sorted([*RUN_KEYS, *STUDY_KEYS, "seed", *(
-                f for f in fields if f not in ("study", "seeds", "data_params", "extra"))])
+                f for f in fields if f not in NOT_AXES)])
             raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(valid)}, data.KEY "
                               f"(dataset parameters), +NEW=VALUE (a new free-form axis)")
     return options

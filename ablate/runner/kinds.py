@@ -37,6 +37,10 @@ def load_attr(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+# config fields that are not axes: no override sets them as KEY=VALUE (they have own keys)
+NOT_AXES = ("study", "seeds", "data_params", "extra")
+
+
 @functools.cache
 def config_fields(kind: str) -> dict[str, Any]:
     """Field name -> type hint of the kind's config dataclass (read-only; once per kind)."""

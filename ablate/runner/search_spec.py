@@ -19,7 +19,7 @@ from typing import Any
 
 from ablate.errors import ConfigError
 from ablate.runner.compose import STUDIES_DIR, parse_overrides, seed_list, study_file
-from ablate.runner.kinds import config_fields
+from ablate.runner.kinds import NOT_AXES, config_fields
 from ablate.runner.study import make_config, resolve_config
 
 METRIC = "val_acc"  # the objective: mean validation accuracy over the members (see `objective`)
@@ -36,7 +36,6 @@ SETTINGS: dict[str, Any] = {
     "reduction_factor": 2, "max_concurrent": 1, "cv_folds": 0, "cpus_per_trial": float,
     "objective": OBJECTIVES, "results_dir": str, "ray_address": str, "dry_run": bool,
 }
-_NOT_AXES = ("study", "seeds", "data_params", "extra")  # config fields no override sets
 
 
 @dataclass
@@ -114,7 +113,7 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
 
 def _apply_overrides(spec: SearchSpec, overrides: list[str]) -> list[str] | None:
     """Apply the overrides to `spec` in place; return the arms named by ``arms=``, if any."""
-    axes = [f for f in config_fields("graph") if f not in _NOT_AXES]
+    axes = [f for f in config_fields("graph") if f not in NOT_AXES]
     arms = None
     for o in parse_overrides(overrides):
         key, value = o.key, o.value
