@@ -22,6 +22,7 @@ eagerly; the CUDA rows need a GPU.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,7 @@ import torch
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
 from ablate.trial import packed as batched
-from ablate.trial.batches import TrainBatches
+from ablate.trial.batches import TrainBatches, eval_batches
 from ablate.trial.graph import run_trial_full
 from ablate.trial.pack_step import WARMUP_STEPS
 from ablate.trial.setup import tune_allocator
@@ -44,12 +45,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def step_times(dataset: str, S: int, step: str, device: torch.device, steps: int,
-               repeats: int) -> list[float]:
-    """Seconds per step of an S-member pack, `repeats` timings of `steps` steps each."""
+def _kernels(run, k: int, device: torch.device) -> tuple[float, float]:
+    """(device kernels, host launch calls) per step over k steps (torch profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        return math.nan, math.nan
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    evs = prof.events()
+    dev = sum(1 for e in evs if e.device_type == torch.autograd.DeviceType.CUDA)
+    host = sum(1 for e in evs if e.name in ("cudaLaunchKernel", "cudaGraphLaunch",
+                                            "cudaLaunchKernelExC", "cuLaunchKernel",
+                                            "cuLaunchKernelEx", "cudaMemcpyAsync",
+                                            "cudaMemsetAsync"))
+    return dev / k, host / k
+
+
+def measure(dataset: str, S: int, step: str, device: torch.device, steps: int,
+            repeats: int, validate: bool) -> dict:
+    """One (dataset, pack size, step) row: seconds per step (`repeats` timings of `steps`
+    steps), kernels per step, peak GPU memory and, with `validate`, one validation of
+    every member (`evaluate_members` on the val split, as the curves run it)."""
     cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin_ref", supervision="sup",
                               step=step, device=device.type))
     splits = load_graphsets(dataset)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     train = TrainBatches(splits["train"], device)
     stack = batched.MemberStack([batched.Member(cfg, s) for s in range(S)],
                                 splits["train"].num_features, 1, device)
@@ -66,12 +90,29 @@ def step_times(dataset: str, S: int, step: str, device: torch.device, steps: int
 
     run(WARMUP_STEPS + 3, 0)  # warm-up, graph capture
     _sync(device)
-    out = []
+    times = []
     for r in range(repeats):
         t0 = time.perf_counter()
         run(steps, 10 + r * steps)
         _sync(device)
-        out.append((time.perf_counter() - t0) / steps)
+        times.append((time.perf_counter() - t0) / steps)
+    kern, host = _kernels(lambda: run(5, 3), 5, device)
+    out = {"s": statistics.median(times), "kernels": kern, "host_launches": host}
+    if validate:
+        val = eval_batches(splits["val"], cfg.test_batch_size, device)
+        alive = list(range(S))
+        batched.evaluate_members(stack, alive, val, cfg)  # warm-up
+        _sync(device)
+        vt = []
+        for _ in range(max(1, min(repeats, 3))):
+            t0 = time.perf_counter()
+            batched.evaluate_members(stack, alive, val, cfg)
+            _sync(device)
+            vt.append(time.perf_counter() - t0)
+        out["val_s"] = statistics.median(vt)
+        out["every"] = cfg.eval_every or max(1, cfg.epochs // 50)
+    out["peak_mb"] = (torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda"
+                      else math.nan)
     ps.release()
     return out
 
@@ -92,7 +133,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--recipes", action="store_true", help="the 10-seed full recipes")
+    ap.add_argument("--no-steps", action="store_true", help="skip the step table")
     ap.add_argument("--studies", default="", help="comma list of studies to time via the runner")
+    ap.add_argument("--study-args", default="", help="extra key=value overrides for --studies "
+                                                     "(space-separated)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -104,14 +148,21 @@ def main() -> None:
     name = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} thread(s)"
     print(f"device: {name}; torch {torch.__version__}; medians of {args.repeats} x {steps} steps")
     print(f"{'dataset':10s} {'S':>4s} {'eager ms/step':>14s} {'replay ms/step':>15s} "
-          f"{'speed-up':>9s} {'replay s/seed-epoch':>19s}")
-    for ds in args.datasets.split(","):
+          f"{'speed-up':>9s} {'kernels/step e|r':>17s} {'launches/step e|r':>18s} "
+          f"{'s/seed-epoch':>13s} {'+val':>8s} {'val share':>9s} {'peak MB':>8s}")
+    for ds in [] if args.no_steps else args.datasets.split(","):
         per_epoch = _steps_per_epoch(ds)
         for S in sizes:
-            e = statistics.median(step_times(ds, S, "eager", device, steps, args.repeats))
-            r = statistics.median(step_times(ds, S, "replay", device, steps, args.repeats))
-            print(f"{ds:10s} {S:4d} {e * 1e3:14.2f} {r * 1e3:15.2f} {e / r:8.2f}x "
-                  f"{r * per_epoch / S:19.3f}", flush=True)
+            e = measure(ds, S, "eager", device, steps, args.repeats, validate=False)
+            r = measure(ds, S, "replay", device, steps, args.repeats, validate=True)
+            train_epoch = r["s"] * per_epoch  # one replayed epoch of the whole pack
+            val_epoch = r["val_s"] / r["every"]  # validation at the recipe's rate, per epoch
+            print(f"{ds:10s} {S:4d} {e['s'] * 1e3:14.2f} {r['s'] * 1e3:15.2f} "
+                  f"{e['s'] / r['s']:8.2f}x {e['kernels']:8.0f}|{r['kernels']:<8.0f} "
+                  f"{e['host_launches']:8.0f}|{r['host_launches']:<9.0f} "
+                  f"{train_epoch / S:13.4f} {(train_epoch + val_epoch) / S:8.4f} "
+                  f"{val_epoch / (train_epoch + val_epoch):9.1%} "
+                  f"{max(e['peak_mb'], r['peak_mb']):8.0f}", flush=True)
 
     if args.recipes:
         print("\nfull recipes, 10 seeds as one pack (curves and evaluation included)")
@@ -121,10 +172,14 @@ def main() -> None:
             t0 = time.perf_counter()
             res = run_trial_full(cfg)
             wall = time.perf_counter() - t0
-            acc = {}
+            acc: dict[str, list[float]] = {}
             for r in res.records:
                 acc.setdefault(r["split"], []).append(r["accuracy"])
             accs = ", ".join(f"{k} {100 * statistics.mean(v):.1f}" for k, v in acc.items())
+            aucs = [r.get("attn_auc_pooled_l0", math.nan) for r in res.records
+                    if r["split"] == "test_orig"]
+            accs += f"; pooled AUC l0 {100 * statistics.mean(aucs):.1f}"
+            accs += f"; train_s/seed {statistics.mean(r['train_s'] for r in res.records):.1f}"
             print(f"{ds:10s} 10 seeds: {wall:8.1f} s ({wall / 10:.1f} s per seed); {accs}",
                   flush=True)
 
@@ -132,11 +187,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "ablate.run", f"study={study}",
-                                   f"results_dir={tmp}", "progress=lines"],
+                                   f"results_dir={tmp}", "progress=lines",
+                                   *args.study_args.split()],
                                   capture_output=True, text=True)
             wall = time.perf_counter() - t0
-            tail = (proc.stdout.strip().splitlines() or [""])[-1]
-            print(f"\nstudy {study}: {wall:.1f} s wall (exit {proc.returncode}); {tail}")
+            tail = "\n  ".join(proc.stdout.strip().splitlines()[-8:])
+            print(f"\nstudy {study} {args.study_args}: {wall:.1f} s wall "
+                  f"(exit {proc.returncode})\n  {tail}", flush=True)
+            if proc.returncode:
+                print(proc.stderr[-3000:])
 
 
 if __name__ == "__main__":
