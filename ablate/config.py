@@ -34,6 +34,9 @@ EXECUTION_FIELDS = ("study", "device", "step")  # not part of a trial's identity
 # Axes added after results were stored, with the value that reproduces what ran before:
 # left out of the trial id at that value, so existing results keep their ids.
 ADDED_AXES = {"scorer_relu": False}
+# How dropout masks are drawn, hashed into the id of dropout > 0 trials only: trials stored
+# before it drew them from torch's RNG (other numbers), so their ids no longer match
+DROPOUT_RNG = "counter-v1"  # ablate.models.dropout: a hash of (seed, step, layer, element)
 TU_DATASETS = ("proteins", "dd", "collab")
 WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (ablate/trial/weak.py)
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
@@ -225,6 +228,9 @@ def validate(cfg: TrialConfig) -> None:
         raise ConfigError("scorer_input=prev needs pooling after a layer (pool_layers >= 1)")
     if cfg.supervision != "unsup" and not cfg.pool_layers:
         raise ConfigError(f"supervision={cfg.supervision} needs attention: set pool_layers")
+    if cfg.step == "replay" and cfg.selection == "gao":
+        raise ConfigError("step=replay needs fixed shapes, but selection=gao (Gao & Ji top-k, "
+                          "PyG TopKPooling) has data-dependent shapes; use step=auto or eager")
     _check_ranges(cfg)
     if not cfg.seeds:
         raise ConfigError("seeds must name at least one seed")
@@ -297,7 +303,8 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
 
     Device and step change float rounding only, so a trial keeps its id (and its stored
     result) wherever and however it ran. An axis of `ADDED_AXES` at its earlier behaviour
-    is left out, so adding an axis does not rename the trials stored before it.
+    is left out, so adding an axis does not rename the trials stored before it. A trial
+    with dropout also hashes `DROPOUT_RNG`, the way its masks are drawn.
     """
     a = axes(cfg)
     for k in EXECUTION_FIELDS:
@@ -305,5 +312,7 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
     for k, before in ADDED_AXES.items():
         if a[k] == before:
             del a[k]
+    if (a.get("dropout") or 0) > 0:
+        a["dropout_rng"] = DROPOUT_RNG
     blob = json.dumps({"cfg": a, "data": dataset_hash}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

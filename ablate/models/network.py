@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from ablate.models.dropout import CounterDropout
 from ablate.models.layers import Graph, GraphLayer
 from ablate.models.pooling import AttentionPool, GaoTopKPool, PoolResult
 
@@ -77,8 +78,9 @@ class GraphNet(nn.Module):
                     c_score, cfg.scorer, cfg.normalizer, cfg.selection, cfg.threshold, cfg.ratio,
                     cfg.K, cfg.aggregation, cfg.init_dist, cfg.init_scale,
                     score_relu=cfg.scorer_relu)
-        # the reference applies dropout only here, before the final linear layer
-        self.head_dropout = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else nn.Identity()
+        # the reference applies dropout only here, before the final linear layer; its mask is
+        # counter-based (seed, step, layer 0), the same for a member alone or in any pack
+        self.head_dropout = CounterDropout(cfg.dropout, layer=0) if cfg.dropout > 0 else nn.Identity()
         self.head = nn.Linear(widths[-1], out_channels)
         self.regression = out_channels == 1
 
@@ -88,16 +90,21 @@ class GraphNet(nn.Module):
 
     def forward(self, x: Tensor, graph: Graph, gt: Tensor | None = None,
                 hyper: dict[str, Tensor] | None = None) -> NetOutput:
-        """`hyper`: optional 0-dim tensors threshold, ratio, kl_weight replacing cfg's values."""
+        """`hyper`: optional 0-dim tensors threshold, ratio, kl_weight replacing cfg's values,
+        and `dropout_seed` (the member's seed) and `step` (optimisation steps taken, a device
+        counter) keying the dropout masks in training (`ablate.models.dropout`; seed 0 and
+        step 0 when absent)."""
         cfg = self.cfg
-        kl_weight = hyper["kl_weight"] if hyper else cfg.kl_weight
+        hyper = hyper or {}
+        kl_weight = hyper.get("kl_weight", cfg.kl_weight)
+        pool_hyper = hyper if "threshold" in hyper else None  # not only the dropout key
         pools: list[PoolResult] = []
         x_prev = x  # input of the previous layer
         for i in range(len(self.layers) + 1):
             if str(i) in self.pools:
                 x_score = x_prev if cfg.scorer_input == "prev" else x
                 res = self.pools[str(i)](x, x_score, graph, gt, cfg.supervision, kl_weight,
-                                        hyper)
+                                        pool_hyper)
                 x, graph = res.x, res.graph  # (B, N, C), nodes of the induced subgraph
                 pools.append(res)
             if i == len(self.layers):
@@ -105,7 +112,9 @@ class GraphNet(nn.Module):
             x_prev = x
             x = self.layers[i](x, graph)  # (B, N, F_i)
         h = readout(x, graph, cfg.readout)  # (B, F)
-        out = self.head(self.head_dropout(h))  # (B, out)
+        if self.training and cfg.dropout > 0:
+            h = self.head_dropout(h, hyper.get("dropout_seed"), hyper.get("step"))
+        out = self.head(h)  # (B, out)
         return NetOutput(out.squeeze(-1) if self.regression else out, pools, graph)
 
     def first_projection(self) -> Tensor | None:

@@ -69,25 +69,85 @@ def collate(gs: GraphSet, idx: np.ndarray | None = None, n_max: int | None = Non
     return DenseBatch(x, A, mask, gt, y, torch.from_numpy(nn_.astype(np.int64)))
 
 
+def precollate_limit(device: torch.device) -> int:
+    """Adjacency entries up to which a split is pre-collated on `device`: `PRECOLLATE_LIMIT` on
+    a CPU; on CUDA up to a quarter of the free GPU memory (MNIST-75SP's 60,000 x 75 x 75
+    training adjacency, 1.35 GB, then stays on the device and its steps can be captured)."""
+    if device.type != "cuda":
+        return PRECOLLATE_LIMIT
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(PRECOLLATE_LIMIT, free // 4 // 4)
+
+
 class TrainBatches:
     """Shuffled training batches of one split, pre-collated when it fits in memory."""
 
     def __init__(self, gs: GraphSet, device: torch.device):
         self.gs, self.device = gs, device
         n = int(gs.num_nodes.max())
-        self.dense = collate(gs).to(device) if len(gs) * n * n <= PRECOLLATE_LIMIT else None
+        self.dense = collate(gs).to(device) if len(gs) * n * n <= precollate_limit(device) \
+            else None
+        self.member_gt: Tensor | None = None  # (S, G, N) per-member targets (`set_member_gt`)
+        self._member_gt_host: np.ndarray | None = None  # (S, total nodes), when not pre-collated
 
     def __len__(self) -> int:
         return len(self.gs)
 
     def set_gt(self, gt_per_node: np.ndarray) -> None:
-        """Replace the ground truth (e.g. by weak-supervision attention), flat per node."""
+        """Replace the ground truth (e.g. by weak-supervision attention), flat per node.
+
+        The pre-collated `dense.gt` is rewritten in place (no new collation of x and A, and a
+        captured step that reads the buffer sees the new values)."""
         self.gs = GraphSet(self.gs.x, gt_per_node.astype(np.float32), self.gs.node_ptr,
                            self.gs.edge_index, self.gs.edge_ptr, self.gs.y, self.gs.edge_weight)
-        if self.dense is not None:  # only gt changes: no new collation of x and A
-            gt = torch.zeros_like(self.dense.gt)
+        if self.dense is not None:
+            gt = self.dense.gt
+            gt.zero_()
             gt[self.dense.mask] = torch.from_numpy(self.gs.gt).to(self.device)  # row-major order
-            self.dense = self.dense.replace_gt(gt)
+
+    def set_member_gt(self, gt_per_member: np.ndarray) -> None:
+        """Per-member ground truth (S, total nodes), each row flat per node as in `set_gt`:
+        member s of a pack trains on row s (`member_gt_batch`; weak supervision gives every
+        member its own alpha_WS). Pre-collated splits keep it on the device as (S, G, N),
+        updated in place when the shape is unchanged."""
+        gt = np.ascontiguousarray(gt_per_member, dtype=np.float32)
+        if gt.ndim != 2 or gt.shape[1] != len(self.gs.x):
+            raise ValueError(f"per-member targets must be (members, {len(self.gs.x)} nodes), "
+                             f"got {gt.shape}")
+        if self.dense is None:
+            self._member_gt_host = gt
+            return
+        dense = torch.zeros(gt.shape[0], *self.dense.gt.shape, device=self.device)
+        dense[:, self.dense.mask] = torch.from_numpy(gt).to(self.device)  # row-major order
+        if self.member_gt is not None and self.member_gt.shape == dense.shape:
+            self.member_gt.copy_(dense)
+        else:
+            self.member_gt = dense
+
+    @property
+    def has_member_gt(self) -> bool:
+        return self.member_gt is not None or self._member_gt_host is not None
+
+    def member_gt_batch(self, idx: Tensor, n: int) -> Tensor:
+        """Targets of graphs idx (S, B) (member s: its own row), padded to n nodes: (S, B, n)."""
+        S, B = idx.shape
+        if self.member_gt is not None:
+            if self.member_gt.shape[0] != S:
+                raise ValueError(f"per-member targets hold {self.member_gt.shape[0]} members, "
+                                 f"the batch {S}")
+            src = self.member_gt[:, :, :n]  # (S, G, n)
+            return src.gather(1, idx.unsqueeze(-1).expand(S, B, n))
+        flat = self._member_gt_host
+        if flat is None or flat.shape[0] != S:
+            raise ValueError(f"per-member targets for {S} members were not set")
+        ids = idx.cpu().numpy().reshape(-1)  # host batches: the lazy path syncs anyway
+        counts = self.gs.num_nodes[ids]
+        rows = np.repeat(np.arange(S * B), counts)
+        local = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        src = np.repeat(self.gs.node_ptr[ids], counts) + local
+        out = np.zeros((S * B, n), np.float32)
+        out[rows, local] = flat[rows // B, src]
+        return torch.from_numpy(out.reshape(S, B, n)).to(self.device)
 
     def epoch(self, batch_size: int, generator: torch.Generator):
         """Yield DenseBatches of a fresh random permutation (last batch may be smaller)."""

@@ -42,29 +42,43 @@ def make_optimizer(model: torch.nn.Module, cfg: TrialConfig) -> torch.optim.Adam
                             weight_decay=cfg.weight_decay, fused=True)
 
 
-def _forward(model: GraphNet, b: DenseBatch, cfg: TrialConfig):
+def _forward(model: GraphNet, b: DenseBatch, cfg: TrialConfig, hyper: dict | None = None):
     gt = b.gt if cfg.supervision != "unsup" else None
-    return model(b.x, Graph(b.A, b.mask), gt)
+    return model(b.x, Graph(b.A, b.mask), gt, hyper)
+
+
+def dropout_hyper(seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The dropout key of one model (`ablate.models.dropout`): its seed and a step counter at 0,
+    0-dim int64 tensors on `device`; the trainer adds 1 to `step` in place after each step."""
+    return {"dropout_seed": torch.tensor(seed, dtype=torch.int64, device=device),
+            "step": torch.zeros((), dtype=torch.int64, device=device)}
 
 
 def fit(model: GraphNet, cfg: TrialConfig, train: TrainBatches, seed: int,
         on_epoch=None) -> float:
-    """Train `model` for cfg.epochs; `on_epoch(epoch, mean_loss)` after each epoch; seconds."""
+    """Train `model` for cfg.epochs; `on_epoch(epoch, mean_loss)` after each epoch; seconds.
+
+    With dropout, the masks are keyed by (`seed`, optimisation step), as in a pack.
+    """
     t0 = time.perf_counter()
     opt = make_optimizer(model, cfg)
     gen = shuffler(seed)
+    device = next(model.parameters()).device
+    hyper = dropout_hyper(seed, device) if cfg.dropout > 0 else None
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, epoch)
-        total = torch.zeros((), device=next(model.parameters()).device)
+        total = torch.zeros((), device=device)
         n = 0
         for b in train.epoch(cfg.batch_size, gen):
-            o = _forward(model, b, cfg)
+            o = _forward(model, b, cfg, hyper)
             loss = task_loss(o.out, b.y, model.regression) + o.reg
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if hyper is not None:
+                hyper["step"].add_(1)
             total += loss.detach() * len(b)
             n += len(b)
         mean = float(total) / max(n, 1)

@@ -26,6 +26,7 @@ The adjacency must be symmetric (as everywhere in the package).
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -35,6 +36,7 @@ from ablate.models.network import GraphNet
 from ablate.trial.batches import DenseBatch
 
 _FAR = 127  # distance code for "not reached" (int8 table)
+MEMBER_ENTRIES = 256_000_000  # table entries (1 GB float32) of the members run at once per chunk
 
 
 def supports_local_loo(model: torch.nn.Module) -> bool:
@@ -71,37 +73,12 @@ def _expand(cnt: Tensor, start: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
     return owner, eidx
 
 
-@torch.no_grad()
-def loo_outputs(model: GraphNet, batch: DenseBatch,
-                chunk_nodes: int = 2048) -> tuple[Tensor, Tensor]:
-    """Head outputs on every graph G and on every G - i, by incremental recomputation.
-
-    Requires `supports_local_loo(model)` and a symmetric adjacency. `chunk_nodes` bounds
-    the removed nodes (copies) handled at once. Shapes: batch (B, N, ...) -> full (B, O),
-    loo (B, N, O) with loo[b, i] the output on G_b - i (zero on padding); O = head outputs.
-    """
-    B, N, _ = batch.x.shape
-    O = model.head.out_features
-    full = batch.x.new_zeros(B, O)
-    loo = batch.x.new_zeros(B, N, O)
-    n_nodes = batch.mask.sum(1)
-    per = max(1, chunk_nodes // max(1, N))
-    for s in range(0, B, per):
-        e = min(B, s + per)
-        n = int(n_nodes[s:e].max())
-        if n == 0:
-            full[s:e] = model.head.bias
-            continue
-        full[s:e], loo[s:e, :n] = _chunk(model, batch.x[s:e, :n], batch.A[s:e, :n, :n],
-                                         batch.mask[s:e, :n])
-    return full, loo
-
-
 def _csr(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) -> Tensor:
     """Sparse CSR matrix (rows, cols) from row pointers (rows + 1,), columns and values (nnz,)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(crow, col, val, size=shape, check_invariants=False)
+        return torch.sparse_csr_tensor(crow, col, val, size=shape, device=val.device,
+                                       check_invariants=False)
 
 
 def _row_ptr(rows: Tensor, n: int) -> Tensor:
@@ -125,10 +102,59 @@ def _weights(val: Tensor, deg_row: Tensor, deg_col: Tensor, K: int, total_sum: b
     return w * deg_row if total_sum else w
 
 
-def _chunk(model: GraphNet, x: Tensor, A: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Head outputs of the full graphs and of every removal, for a chunk of graphs.
 
-    x (b, N, C), A (b, N, N), mask (b, N) -> full (b, O), loo (b, N, O).
+@dataclass
+class _Layer:
+    """Index structures of one layer l of a chunk (weight-independent).
+
+    Rows 0 .. n_in - 1 of the layer's changed rows S_l (pair order) get their neighbour term
+    from `op` (n_in, (V + n_prev) * K), read against the layer's table of projected rows;
+    `outer` = (lo, hi, CSR (n_cur - n_in, hi - lo)) updates the outer shell (dist l + 1) from
+    the changes of the pairs lo .. hi - 1 at dist l, or None.
+    """
+
+    n_prev: int  # changed rows of the layer's input (S_(l-1))
+    n_in: int  # changed rows whose neighbour term is recomputed
+    n_cur: int  # changed rows of the layer's output (S_l)
+    op: Tensor
+    outer: tuple[int, int, Tensor] | None
+
+
+@dataclass
+class LooStructure:
+    """What incremental leave-one-out needs of a chunk of graphs, independent of the weights.
+
+    Built once by `loo_structure` (breadth-first search, (copy, node) pairs, edge lists and
+    CSR operators; host syncs for the data-dependent sizes) and used by `loo_numeric` for any
+    number of parameter sets. V = b * N chunk node ids g = graph * N + node; nc copies
+    (graph cb, removed node ci); P pairs (copy pc, chunk node pg) sorted by distance.
+    """
+
+    b: int
+    N: int
+    K: int
+    mean_readout: bool
+    maskf: Tensor  # (V, 1, 1) float node mask
+    n: Tensor  # (b,) float node counts
+    own_f: Tensor  # (V,) K = 1: diagonal of the full graph's operator
+    op_full: Tensor  # CSR (V, V * K): the full graph's neighbour term
+    cb: Tensor  # (nc,)
+    ci: Tensor  # (nc,)
+    pc: Tensor  # (P,)
+    pg: Tensor  # (P,)
+    own: Tensor  # (P,) K = 1: diagonal of the operator of G - i on the pair's row
+    layers: list[_Layer]
+
+    @property
+    def rows(self) -> int:
+        """Full-graph rows plus changed rows (V + P): what a layer's tables hold per member."""
+        return self.b * self.N + len(self.pg)
+
+
+def loo_structure(model: GraphNet, A: Tensor, mask: Tensor) -> LooStructure:
+    """Index structures of a chunk of graphs for `model`'s depth, K and aggregation.
+
+    A (b, N, N) symmetric, mask (b, N). Reads only `model.cfg` and the number of layers.
     """
     cfg = model.cfg
     K, total_sum = cfg.K, cfg.aggregation == "sum"
@@ -136,7 +162,7 @@ def _chunk(model: GraphNet, x: Tensor, A: Tensor, mask: Tensor) -> tuple[Tensor,
     b, N = mask.shape
     dev, dt = A.device, A.dtype
     V = b * N  # chunk node ids g = graph * N + node
-    maskf = mask.reshape(V, 1).to(dt)
+    maskf = mask.reshape(V, 1, 1).to(dt)
     # neighbour lists (CSR, sorted by g) and the full graph's operator
     eb, ej, em = A.nonzero(as_tuple=True)
     row, col = eb * N + ej, eb * N + em
@@ -200,76 +226,201 @@ def _chunk(model: GraphNet, x: Tensor, A: Tensor, mask: Tensor) -> tuple[Tensor,
     w = _weights(_at(val, eidx), _at(deg_j, pe), deg_m, K, total_sum, (m != ci_e).to(dt))
     e_pair = _at(pos, ce * N + m)  # pair index of the neighbour in the copy, -1 if unchanged
     crow = _row_ptr(pe, n_all)
-    last = None
-    if L >= 2:  # last shell (dist L + 1): rows unchanged, inputs changed on dist-L neighbours
-        o_row = _at(pos, last_key) - sb[L]
-        o_row, perm = torch.sort(o_row, stable=True)
-        o_eidx = _at(last_eidx, perm)  # edge m -> j; A symmetric, so A_jm = A_mj
-        o_col = _at(last_owner, perm)  # row of m among the pairs at dist L
-        o_w = _weights(_at(val, o_eidx), _at(deg, _at(col, o_eidx)), _at(deg, _at(row, o_eidx)),
-                       K, total_sum)
-        last = (o_row, o_col, o_w)
-    h_full = x.reshape(V, -1)
-    h_new = h_full.new_zeros(0, h_full.shape[-1])  # rows of S_(l-1), in pair order
-    for li, layer in enumerate(model.layers, 1):
-        lin = layer.mlp[0]
-        H, C = lin.out_features, lin.in_features // K
+    ends = crow.tolist()  # edge offsets per pair (one host sync)
+    layers = []
+    for li in range(1, L + 1):
         n_prev, n_cur = n_out[li - 1], n_out[li]
-        wcat = lin.weight.view(H, K, C).permute(2, 1, 0).reshape(C, K * H)  # [W_0 .. W_K-1]
-        table = torch.empty((V + n_prev) * K, H, dtype=dt, device=dev)  # rows g*K + k
-        torch.mm(h_full, wcat, out=table[: V * K].view(V, K * H))
-        torch.mm(h_new, wcat, out=table[V * K:].view(n_prev, K * H))  # GEMM on changed rows only
-        # full graph: z = own term + bias + neighbour term (pre-activation, (V, H))
-        z_full = table[: V * K: K] * own_f[:, None] if K == 1 else table[: V * K: K].clone()
-        z_full.add_(lin.bias)
-        z_full.addmm_(_csr(crow_f, col * K + (K - 1), w_f, (V, table.shape[0])), table)
-        z = torch.empty(n_cur, H, dtype=dt, device=dev)
         # rows whose operator row changes (dist <= 2) or that read changed rows (dist <= l);
-        # layers l >= 2 treat their outer shell (dist l + 1) apart, below
+        # layers l >= 2 treat their outer shell (dist l + 1) apart
         n_in = sb[li] if li >= 2 else n_cur
-        # own term (T_0, or the diagonal of the GCN operator): new row if the node changed before
-        torch.index_select(table, 0, pg[n_prev:n_in] * K, out=z[n_prev:n_in])
-        if K == 1:
-            torch.mul(table[V * K::K], own[:n_prev, None], out=z[:n_prev])  # rows (V + p) * K
-            torch.addcmul(lin.bias, z[n_prev:n_in], own[n_prev:n_in, None], out=z[n_prev:n_in])
-            z[:n_prev].add_(lin.bias)
-        else:
-            torch.add(table[V * K::K], lin.bias, out=z[:n_prev])
-            z[n_prev:n_in].add_(lin.bias)
-        # neighbour term T_(K-1) (or the GCN operator) of G - i as one sparse matmul
-        nnz = int(crow[n_in])
+        # neighbour term T_(K-1) (or the GCN operator) of G - i: a neighbour changed in the
+        # previous layer is read from the changed rows (table row V + pair), else the full row
+        nnz = ends[n_in]
         src = e_pair[:nnz]
         cols = torch.where((src >= 0) & (src < n_prev), V + src, e_full[:nnz]) * K + (K - 1)
-        z[:n_in].addmm_(_csr(crow[: n_in + 1], cols, w[:nnz], (n_in, table.shape[0])), table)
+        op = _csr(crow[: n_in + 1], cols, w[:nnz], (n_in, (V + n_prev) * K))
+        outer = None
         if n_cur > n_in:
             # outer shell: z = z_full + sum_m P[j, m] (Y_new[m] - Y_full[m]) over neighbours m
             # at dist l (the operator row of a node at dist >= 3 is unchanged)
             lo, hi = sb[li - 1], sb[li]  # pairs at dist l
-            dy = table[(V + lo) * K + K - 1: (V + hi) * K: K] - _at(table, pg[lo:hi] * K + (K - 1))
-            if li == L:
-                o_row, o_col, o_w = last
+            if li == L:  # edges shell L -> shell L + 1, found by the search
+                o_row = _at(pos, last_key) - sb[L]
+                o_row, perm = torch.sort(o_row, stable=True)
+                o_eidx = _at(last_eidx, perm)  # edge m -> j; A symmetric, so A_jm = A_mj
+                o_col = _at(last_owner, perm)  # row of m among the pairs at dist L
+                o_w = _weights(_at(val, o_eidx), _at(deg, _at(col, o_eidx)),
+                               _at(deg, _at(row, o_eidx)), K, total_sum)
             else:
-                e0, e1 = int(crow[n_in]), int(crow[n_cur])
+                e0, e1 = ends[n_in], ends[n_cur]
                 ep = e_pair[e0:e1]
                 (k,) = ((ep >= lo) & (ep < hi)).nonzero(as_tuple=True)
                 k = k + e0
                 o_row, o_col, o_w = _at(pe, k) - n_in, _at(e_pair, k) - lo, _at(w, k)
-            torch.index_select(z_full, 0, pg[n_in:n_cur], out=z[n_in:])
-            z[n_in:].addmm_(_csr(_row_ptr(o_row, n_cur - n_in), o_col, o_w, (n_cur - n_in, hi - lo)), dy)
-        for mod in layer.mlp[1:]:
-            z, z_full = mod(z), mod(z_full)
-        h_new = z.relu_()  # (n_cur, F_l)
-        h_full = z_full.relu_() * maskf  # (V, F_l), zero on padding
+            outer = (lo, hi, _csr(_row_ptr(o_row, n_cur - n_in), o_col, o_w,
+                                  (n_cur - n_in, hi - lo)))
+        layers.append(_Layer(n_prev, n_in, n_cur, op, outer))
+    return LooStructure(b, N, K, cfg.readout == "mean", maskf, mask.sum(1).to(dt), own_f,
+                        _csr(crow_f, col * K + (K - 1), w_f, (V, V * K)), cb, ci, pc, pg, own,
+                        layers)
+
+
+def _project(h: Tensor, w: Tensor, out: Tensor) -> None:
+    """out[r, k, s] = h[r] (or h[r, s]) @ W_k of member s, for every member at once.
+
+    h (R, C) shared by the members or (R, S, C); w (S, C, K * H) = [W_0 .. W_K-1] per
+    member; out (R, K, S, H), contiguous (table rows r * K + k, members side by side).
+    """
+    R, K, S, H = out.shape
+    C = w.shape[1]
+    if h.dim() == 2:  # one GEMM, the members' weights side by side in the columns
+        torch.mm(h, w.view(S, C, K, H).permute(1, 2, 0, 3).reshape(C, K * S * H), out=out.view(R, K * S * H))
+    elif S == 1:
+        torch.mm(h.reshape(R, C), w[0], out=out.view(R, K * S * H))
+    else:  # batched GEMM over the members
+        out.copy_(torch.bmm(h.transpose(0, 1), w).view(S, R, K, H).permute(1, 2, 0, 3))
+
+
+def _linear(h: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+    """Per-member linear map: h (R, S, I), w (S, O, I), bias (S, O) -> (R, S, O) contiguous."""
+    R, S, I = h.shape
+    if S == 1:
+        h1 = h.reshape(R, I)
+        out = h1 @ w[0].T if bias is None else torch.addmm(bias[0], h1, w[0].T)
+        return out.view(R, 1, w.shape[1])
+    ht, wt = h.transpose(0, 1), w.transpose(1, 2)
+    out = torch.bmm(ht, wt) if bias is None else torch.baddbmm(bias.unsqueeze(1), ht, wt)
+    return out.transpose(0, 1).contiguous()
+
+
+def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
+                x: Tensor) -> tuple[Tensor, Tensor]:
+    """Head outputs of the full graphs and of every removal, for S parameter sets at once.
+
+    `params`: `model`'s parameters by name, stacked (S, ...) (`torch.func.stack_module_state`
+    order; `model` only gives the layout). Activations are (rows, S, F), members side by side,
+    so each sparse operator multiplies all members in one matmul and GEMMs are batched.
+    x (b, N, C) -> full (S, b, O), loo (S, b, N, O).
+    """
+    K, b, N = st.K, st.b, st.N
+    V = b * N
+    S = params["head.bias"].shape[0]
+    dev, dt = x.device, x.dtype
+    h_full = x.reshape(V, -1)  # (V, C) shared by the members, then (V, S, F_l)
+    h_new = x.new_zeros(0, h_full.shape[-1])  # rows of S_(l-1), in pair order
+    for li, (layer, ls) in enumerate(zip(model.layers, st.layers)):
+        pre = f"layers.{li}.mlp."
+        w0, b0 = params[pre + "0.weight"], params[pre + "0.bias"]  # (S, H, K * C), (S, H)
+        H, C = w0.shape[1], w0.shape[2] // K
+        wcat = w0.view(S, H, K, C).permute(0, 3, 2, 1).reshape(S, C, K * H)  # [W_0 .. W_K-1]
+        n_prev, n_in, n_cur = ls.n_prev, ls.n_in, ls.n_cur
+        table = torch.empty((V + n_prev) * K, S, H, dtype=dt, device=dev)  # rows g*K + k
+        _project(h_full, wcat, table[: V * K].view(V, K, S, H))
+        _project(h_new, wcat, table[V * K:].view(n_prev, K, S, H))  # GEMM on changed rows only
+        flat = table.view(-1, S * H)
+        # full graph: z = own term + bias + neighbour term (pre-activation, (V, S, H))
+        if K == 1:
+            z_full = table[:V] * st.own_f[:, None, None]
+        else:
+            z_full = table[: V * K: K].clone(memory_format=torch.contiguous_format)
+        z_full.add_(b0)
+        z_full.view(V, S * H).addmm_(st.op_full, flat[: V * K])
+        z = torch.empty(n_cur, S, H, dtype=dt, device=dev)
+        # own term (T_0, or the diagonal of the GCN operator): new row if the node changed before
+        torch.index_select(table, 0, st.pg[n_prev:n_in] * K, out=z[n_prev:n_in])
+        if K == 1:
+            torch.mul(table[V * K::K], st.own[:n_prev, None, None], out=z[:n_prev])
+            torch.addcmul(b0, z[n_prev:n_in], st.own[n_prev:n_in, None, None], out=z[n_prev:n_in])
+            z[:n_prev].add_(b0)
+        else:
+            torch.add(table[V * K::K], b0, out=z[:n_prev])
+            z[n_prev:n_in].add_(b0)
+        z[:n_in].view(n_in, S * H).addmm_(ls.op, flat)  # neighbour term: one sparse matmul
+        if ls.outer is not None:
+            lo, hi, op_outer = ls.outer
+            dy = table[(V + lo) * K + K - 1: (V + hi) * K: K] - _at(table, st.pg[lo:hi] * K + (K - 1))
+            torch.index_select(z_full, 0, st.pg[n_in:n_cur], out=z[n_in:])
+            z[n_in:].view(n_cur - n_in, S * H).addmm_(op_outer, dy.view(hi - lo, S * H))
+        for j, mod in enumerate(layer.mlp[1:], 1):
+            if isinstance(mod, torch.nn.Linear):
+                wj, bj = params[f"{pre}{j}.weight"], params[f"{pre}{j}.bias"]
+                z, z_full = _linear(z, wj, bj), _linear(z_full, wj, bj)
+            else:  # elementwise (ReLU)
+                z, z_full = mod(z), mod(z_full)
+        h_new = z.relu_()  # (n_cur, S, F_l)
+        h_full = z_full.relu_() * st.maskf  # (V, S, F_l), zero on padding
     # head(readout(.)), the head being linear: project rows first, then add up
-    wh, bh = model.head.weight, model.head.bias  # (O, F), (O,)
-    q_full = h_full @ wh.T  # (V, O)
-    tot = q_full.view(b, N, -1).sum(1)  # (b, O)
-    q = _at(tot, cb) - _at(q_full, base + ci)  # (nc, O)
-    q.index_add_(0, pc[: len(h_new)], h_new @ wh.T - _at(q_full, pg[: len(h_new)]))
-    n = mask.sum(1).to(dt)
-    if cfg.readout == "mean":
-        q = q / (_at(n, cb) - 1).clamp(min=1)[:, None]
-        tot = tot / n.clamp(min=1)[:, None]
-    res = q.new_zeros(b, N, q.shape[-1])
-    res[cb, ci] = q + bh
-    return tot + bh, res
+    wh, bh = params["head.weight"], params["head.bias"]  # (S, O, F), (S, O)
+    O = wh.shape[1]
+    q_full = _linear(h_full, wh)  # (V, S, O)
+    tot = q_full.view(b, N, S, O).sum(1)  # (b, S, O)
+    removed = st.cb * N + st.ci  # chunk id of each copy's removed node
+    q = _at(tot, st.cb) - _at(q_full, removed)  # (nc, S, O)
+    n_new = len(h_new)
+    q.index_add_(0, st.pc[:n_new], _linear(h_new, wh) - _at(q_full, st.pg[:n_new]))
+    if st.mean_readout:
+        q = q / (_at(st.n, st.cb) - 1).clamp(min=1)[:, None, None]
+        tot = tot / st.n.clamp(min=1)[:, None, None]
+    res = q.new_zeros(V, S, O)
+    res.index_copy_(0, removed, q + bh)
+    return (tot + bh).permute(1, 0, 2), res.view(b, N, S, O).permute(2, 0, 1, 3)
+
+
+def _chunk(model: GraphNet, x: Tensor, A: Tensor, mask: Tensor, params: dict[str, Tensor],
+           member_entries: int = MEMBER_ENTRIES) -> tuple[Tensor, Tensor]:
+    """Head outputs of the full graphs and of every removal, for a chunk of graphs.
+
+    The structure is built once; the members run `member_entries // (entries per member)`
+    at a time. x (b, N, C), A (b, N, N), mask (b, N) -> full (S, b, O), loo (S, b, N, O).
+    """
+    st = loo_structure(model, A, mask)
+    S = params["head.bias"].shape[0]
+    width = max(max(v.shape[1] for k, v in params.items() if k.endswith("weight")), x.shape[-1])
+    per = max(1, member_entries // max(1, st.rows * (st.K + 2) * width))
+    if per >= S:
+        return loo_numeric(st, model, params, x)
+    outs = [loo_numeric(st, model, {k: v[s:s + per] for k, v in params.items()}, x)
+            for s in range(0, S, per)]
+    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+
+
+@torch.no_grad()
+def loo_outputs_members(model: GraphNet, params: dict[str, Tensor], batch: DenseBatch,
+                        chunk_nodes: int = 2048,
+                        member_entries: int = MEMBER_ENTRIES) -> tuple[Tensor, Tensor]:
+    """`loo_outputs` for S parameter sets of `model`'s architecture at once.
+
+    params: name -> (S, ...) as `torch.func.stack_module_state` gives them (a
+    `MemberStack`'s `params`); `model` gives the layout only. The index structures are built
+    once per chunk of graphs for all members. Shapes: batch (B, N, ...) -> full (S, B, O),
+    loo (S, B, N, O).
+    """
+    B, N, _ = batch.x.shape
+    S, O = params["head.bias"].shape
+    full = batch.x.new_zeros(S, B, O)
+    loo = batch.x.new_zeros(S, B, N, O)
+    n_nodes = batch.mask.sum(1).tolist()  # (one host sync)
+    per = max(1, chunk_nodes // max(1, N))
+    for s in range(0, B, per):
+        e = min(B, s + per)
+        n = int(max(n_nodes[s:e]))
+        if n == 0:
+            full[:, s:e] = params["head.bias"][:, None]
+            continue
+        full[:, s:e], loo[:, s:e, :n] = _chunk(model, batch.x[s:e, :n], batch.A[s:e, :n, :n],
+                                               batch.mask[s:e, :n], params, member_entries)
+    return full, loo
+
+
+@torch.no_grad()
+def loo_outputs(model: GraphNet, batch: DenseBatch,
+                chunk_nodes: int = 2048) -> tuple[Tensor, Tensor]:
+    """Head outputs on every graph G and on every G - i, by incremental recomputation.
+
+    Requires `supports_local_loo(model)` and a symmetric adjacency. `chunk_nodes` bounds
+    the removed nodes (copies) handled at once. Shapes: batch (B, N, ...) -> full (B, O),
+    loo (B, N, O) with loo[b, i] the output on G_b - i (zero on padding); O = head outputs.
+    """
+    params = {k: p.detach().unsqueeze(0) for k, p in model.named_parameters()}
+    full, loo = loo_outputs_members(model, params, batch, chunk_nodes)
+    return full[0], loo[0]

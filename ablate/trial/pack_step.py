@@ -9,6 +9,7 @@ padded to their own largest graph, Python step by step.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import torch
@@ -26,7 +27,8 @@ WARMUP_STEPS = 2  # eager steps of a batch shape (on a side stream) before its C
 
 def _gather(train: TrainBatches, idx: Tensor, static: bool) -> DenseBatch:
     """Graphs idx (S, B) of every member: (S, B, ...), padded to the split's (static) or the
-    batch's largest graph."""
+    batch's largest graph. x, A, mask, y are the split's; gt is each member's own where the
+    split holds per-member targets (`TrainBatches.set_member_gt`, weak supervision)."""
     S, B = idx.shape
     flat = idx.reshape(-1)
     if train.dense is not None:
@@ -35,8 +37,11 @@ def _gather(train: TrainBatches, idx: Tensor, static: bool) -> DenseBatch:
         ids = flat.cpu().numpy()
         n = int(train.gs.num_nodes.max() if static else train.gs.num_nodes[ids].max())
         b = collate(train.gs, ids, n_max=n).to(train.device)
-    return DenseBatch(*(t.reshape(S, B, *t.shape[1:]) for t in
-                        (b.x, b.A, b.mask, b.gt, b.y, b.n_nodes)))
+    out = DenseBatch(*(t.reshape(S, B, *t.shape[1:]) for t in
+                       (b.x, b.A, b.mask, b.gt, b.y, b.n_nodes)))
+    if train.has_member_gt:
+        out = out.replace_gt(train.member_gt_batch(idx, b.x.shape[1]))
+    return out
 
 
 def _trainable(stack: MemberStack, train: TrainBatches, cfg: TrialConfig) -> list[str]:
@@ -70,41 +75,93 @@ class PackStep:
         self.stack, self.train, self.cfg = stack, train, cfg
         self.static = replay
         self.graphs_on = replay and device.type == "cuda" and train.dense is not None
+        if replay and device.type == "cuda" and train.dense is None:
+            warnings.warn("step=replay: the training split is too large to keep collated on the "
+                          "GPU, so its steps are collated on the host and not captured",
+                          RuntimeWarning, stacklevel=2)
         names = _trainable(stack, train, cfg)
         self.train_p = {k: stack.params[k].requires_grad_() for k in names}
         self.fixed_p = {k: v for k, v in stack.params.items() if k not in self.train_p}
-        cuda = device.type == "cuda"
-        # a device LR (changed in place by the schedule) and capturable state on CUDA
-        lr = torch.tensor(cfg.lr, device=device) if cuda else cfg.lr
-        kw = dict(capturable=True, foreach=True) if cuda else dict(fused=True)
+        # the fixed-shape step: a device LR (changed in place by the schedule) and fused,
+        # capturable Adam (its step count on the device) on every device, so the CPU runs
+        # the optimiser a CUDA graph captures; eager: fused Adam with a Python LR
+        lr = torch.tensor(cfg.lr, device=device) if replay else cfg.lr
+        kw = dict(capturable=True) if replay else {}
         self.opt = torch.optim.Adam(list(self.train_p.values()), lr=lr, betas=(0.5, 0.999),
-                                    weight_decay=cfg.weight_decay, **kw)
+                                    weight_decay=cfg.weight_decay, fused=True, **kw)
         self.total = torch.zeros(len(stack), device=device)
         self._loss = _loss_fn(stack, cfg)
+        # the dropout key (`ablate.models.dropout`): each member's seed and the steps taken,
+        # a device counter advanced in place by `_body` (so a replayed graph advances it too)
+        self.dropout_seed = torch.tensor([m.seed for m in stack.members], dtype=torch.int64,
+                                         device=device)
+        self.step = torch.zeros((), dtype=torch.int64, device=device)
         self._graphs: dict[int, tuple] = {}  # batch size -> (replay, static index buffer)
         self._eager_runs: dict[int, int] = {}
+        self._uncaptured: set[int] = set()  # batch sizes whose capture failed: run eagerly
+        self._bound: tuple = ()  # addresses of the buffers the captured graphs read
 
     def set_lr(self, lr: float) -> None:
         for g in self.opt.param_groups:
             if isinstance(g["lr"], Tensor):
-                g["lr"].fill_(lr)
+                g["lr"].fill_(lr)  # in place: a captured graph reads this buffer
             else:
                 g["lr"] = lr
 
+    def buffers(self) -> tuple:
+        """(name, address, shape) of every tensor a captured step reads or updates in place:
+        the pre-collated split, the LR, parameters, Adam state, hyperparameters, `total`.
+        A graph replays the addresses it was captured with, so a buffer replaced since
+        (`TrainBatches.set_gt`, an LR group assigned a float, a re-created state tensor)
+        would be read stale: `run` compares this before every replay (host-side only)."""
+        out = []
+        dense = self.train.dense
+        if dense is not None:
+            out += [(f"train.{k}", getattr(dense, k)) for k in ("x", "A", "mask", "gt", "y")]
+        if getattr(self.train, "member_gt", None) is not None:
+            out.append(("train.member_gt", self.train.member_gt))
+        for i, g in enumerate(self.opt.param_groups):
+            out.append((f"lr[{i}]", g["lr"]))
+        out += [(f"param {k}", v) for k, v in self.train_p.items()]
+        out += [(f"fixed {k}", v) for k, v in self.fixed_p.items()]
+        out += [(f"hyper {k}", v) for k, v in self.stack.hyper.items()]
+        for k, p in self.train_p.items():
+            for sk, sv in self.opt.state.get(p, {}).items():
+                out.append((f"adam {sk} of {k}", sv))
+        out.append(("total", self.total))
+        return tuple((n, t.data_ptr(), tuple(t.shape)) if isinstance(t, Tensor) else (n, t, ())
+                     for n, t in out)
+
+    def _check_bound(self) -> None:
+        """Drop the captured graphs if a buffer they read was replaced (one warning)."""
+        now = self.buffers()
+        if now == self._bound:
+            return
+        changed = sorted({a[0] for a in set(now) ^ set(self._bound)})
+        warnings.warn(f"a buffer captured in the CUDA graph was replaced ({', '.join(changed)}); "
+                      "re-capturing the step", RuntimeWarning, stacklevel=3)
+        self._graphs.clear()
+        self._eager_runs.clear()
+        self._bound = ()
+
     def _body(self, idx: Tensor) -> None:
         b = _gather(self.train, idx, self.static)
-        loss = self._loss(self.train_p, self.fixed_p, self.stack.hyper,
-                          b.x, b.A, b.mask, b.gt, b.y)  # (S,)
+        loss = self._loss(self.train_p, self.fixed_p, self.stack.hyper, self.dropout_seed,
+                          self.step, b.x, b.A, b.mask, b.gt, b.y)  # (S,)
         loss.sum().backward()  # members share no parameters: each gets its own gradient
         self.opt.step()
         self.total.add_(loss.detach() * idx.shape[1])
+        if self.cfg.dropout > 0:
+            self.step.add_(1)
 
     def run(self, idx: Tensor) -> None:
-        if not self.graphs_on:
+        B = idx.shape[1]
+        if not self.graphs_on or B in self._uncaptured:
             self.opt.zero_grad(set_to_none=True)
             self._body(idx)
             return
-        B = idx.shape[1]
+        if self._graphs:
+            self._check_bound()
         graph = self._graphs.get(B)
         if graph is None:
             if self._eager_runs.get(B, 0) < WARMUP_STEPS:
@@ -113,8 +170,18 @@ class PackStep:
                 return
             static_idx = idx.clone()
             self.opt.zero_grad(set_to_none=True)  # gradients are allocated by the graph
-            replay = self._capture(lambda: self._body(static_idx))
+            try:
+                replay = self._capture(lambda: self._body(static_idx))
+            except CaptureError as e:  # run this shape uncaptured from now on
+                warnings.warn(f"CUDA graph capture of the {B}-graph batch step failed "
+                              f"({e.cause!r}); running that step uncaptured", RuntimeWarning,
+                              stacklevel=2)
+                self._uncaptured.add(B)
+                self.opt.zero_grad(set_to_none=True)  # drop gradients the capture assigned
+                self._body(idx)
+                return
             graph = self._graphs[B] = (replay, static_idx)  # captured, not yet run: below
+            self._bound = self.buffers()
         graph[1].copy_(idx)
         graph[0]()
 
@@ -129,10 +196,26 @@ class PackStep:
 
     def _capture(self, step):
         """Record `step` as a CUDA graph; returns its replay (each replay assigns fresh
-        gradients, steps Adam, adds to `total`: the step, without Python or host syncs)."""
+        gradients, steps Adam, adds to `total`: the step, without Python or host syncs).
+
+        An error inside the captured region is re-raised as itself when it is an
+        out-of-memory error (so `run_members` splits the pack), else as `CaptureError`;
+        the error that ending an aborted capture raises on exit never hides it.
+        """
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        inner: BaseException | None = None
+        try:
+            with torch.cuda.graph(g):
+                try:
+                    step()
+                except BaseException as e:  # noqa: BLE001 - kept, re-raised below
+                    inner = e
+                    raise
+        except BaseException as outer:  # noqa: BLE001
+            err = inner if inner is not None else outer
+            if isinstance(err, torch.cuda.OutOfMemoryError | KeyboardInterrupt):
+                raise err from None
+            raise CaptureError(err) from err
         return g.replay
 
     def release(self) -> None:
@@ -142,13 +225,23 @@ class PackStep:
             p.requires_grad_(False)
 
 
+class CaptureError(RuntimeError):
+    """Capturing a step as a CUDA graph failed (not for lack of memory); `cause` says why."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"CUDA graph capture failed: {cause!r}")
+        self.cause = cause
+
+
 def _loss_fn(stack: MemberStack, cfg: TrialConfig):
-    """vmap of each member's loss over stacked params, hyperparameters and batches: (S,)."""
+    """vmap of each member's loss over stacked params, hyperparameters, dropout seeds and
+    batches, the step counter shared: (S,)."""
     base, regression, use_gt = stack.base, stack.regression, cfg.supervision != "unsup"
 
-    def loss_fn(train_p: dict, fixed_p: dict, hyper: dict, x, A, mask, gt, y):
+    def loss_fn(train_p: dict, fixed_p: dict, hyper: dict, seed, step, x, A, mask, gt, y):
+        key = {"dropout_seed": seed, "step": step}  # read only with dropout, in training
         o = functional_call(base, {**train_p, **fixed_p},
-                            (x, Graph(A, mask), gt if use_gt else None), {"hyper": hyper})
+                            (x, Graph(A, mask), gt if use_gt else None), {"hyper": {**hyper, **key}})
         return task_loss(o.out, y, regression) + o.reg
 
-    return vmap(loss_fn)
+    return vmap(loss_fn, in_dims=(0, 0, 0, 0, None, 0, 0, 0, 0, 0))

@@ -30,13 +30,24 @@ Two ways to run a step (`TrialConfig.step`):
 Padding is masked, so both give the records of `run_seed` up to float rounding
 (`tests/test_batched.py`). A member whose epoch loss is not finite is recorded as
 `status="nan"`; the others go on. Validation curves and the final evaluation run one
-`vmap`-ed forward for all members over the shared evaluation batches, bring each
-batch's outputs to the host once, and summarise each member with `ablate.trial.evaluate.summarize`.
+`vmap`-ed forward for all members over the shared evaluation batches and score every
+member on the device (`ablate.trial.pack_eval`: the fields of `ablate.trial.evaluate.summarize`,
+one transfer per evaluation; the pooled test AUC from device-side attention, one more).
 On CUDA a pack that does not fit in memory is split in halves and run in turn.
 
-Not packed (`ablate.trial.graph.run_seed` trains seed by seed): weak supervision (model B first),
-Gao & Ji selection (PyG TopKPooling has data-dependent shapes), dropout (per-member
-random masks could not reproduce the sequential RNG stream).
+Weak supervision packs in three stages (`_weak_member_targets`): the model B of every
+member (`ablate.trial.weak.model_b_config`, seed + `MODEL_B_SEED`) trains as one pack, the
+leave-one-out alpha_WS of all of them is computed together, and each member's row becomes its
+own targets (`TrainBatches.set_member_gt`, gathered per member by the step); then model A
+trains as a pack. The seeds, initialisations, batch orders and losses are those of
+`run_seed`, so each member gets its seed-by-seed numbers (`tests/test_weak_pack.py`).
+
+Dropout packs too: its masks are counter-based (`ablate.models.dropout`), a pure function of
+(member seed, optimisation step, layer, element) hashed on the device, so each member draws
+the masks `run_seed` draws for that seed, in any pack, eager, replayed or captured.
+
+Not packed (`ablate.trial.graph.run_seed` trains seed by seed):
+Gao & Ji selection (PyG TopKPooling has data-dependent shapes).
 """
 
 from __future__ import annotations
@@ -44,23 +55,32 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections.abc import Iterator
 
+import numpy as np
 import torch
 from torch.func import functional_call, vmap
 
 from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.models.layers import Graph
-from ablate.models.network import NetOutput
-from ablate.models.pooling import PoolResult
 from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
-from ablate.trial.evaluate import evaluate, pool_test_auc, summarize
 from ablate.trial.fit import lr_at
 from ablate.trial.kind import stable_hash
 from ablate.trial.members import STACKED, Member, MemberStack
+from ablate.trial.pack_eval import (
+    LooAlpha,
+    PackPool,
+    PackResult,
+    pool_test_auc_pack,
+    pooled_splits,
+    summarize_pack,
+)
+from ablate.trial.pack_loo import leave_one_out_attention_members, leave_one_out_members
 from ablate.trial.pack_step import PackStep
 from ablate.trial.provenance import peak_rss_mb
 from ablate.trial.setup import init_cosine, model_sizes, shuffler
+from ablate.trial.weak import MODEL_B_SEED, model_b_config, weak_attention, weak_floor
 
 EVAL_ENTRIES = 50_000_000  # feature entries (members x graphs x nodes x channels) per vmapped eval
 
@@ -69,9 +89,8 @@ PACKABLE = ("seeds", "init_dist", "init_scale", *STACKED)  # axes members of one
 
 
 def eligible(cfg: TrialConfig) -> bool:
-    """Whether `cfg` (resolved) can train in a pack (fixed shapes, no per-seed model B)."""
-    return (cfg.supervision in ("unsup", "sup", "gt") and cfg.selection != "gao"
-            and cfg.dropout == 0)
+    """Whether `cfg` (resolved) can train in a pack (fixed shapes)."""
+    return cfg.supervision in ("unsup", "sup", "gt", "weak") and cfg.selection != "gao"
 
 
 def pack_key(cfg: TrialConfig) -> str | None:
@@ -90,56 +109,55 @@ def replays(cfg: TrialConfig, device: torch.device) -> bool:
     return cfg.step == "replay" or (cfg.step == "auto" and device.type == "cuda")
 
 
-def _host_batch(b: DenseBatch) -> DenseBatch:
-    """What `summarize` reads of a batch (labels, sizes, mask, gt), on the host; no x, no A."""
-    B = len(b)
-    empty = torch.empty(B, 0, 0)
-    return DenseBatch(empty, empty, b.mask.cpu(), b.gt.cpu(), b.y.cpu(), b.n_nodes.cpu())
-
-
-def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfig):
-    """Per member (in `alive` order) a list of (host batch, NetOutput on the host)."""
+def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfig
+                  ) -> Iterator[tuple[DenseBatch, torch.Tensor, list[PackPool]]]:
+    """Per eval batch (batch, out (S, B, ...), pools): one vmapped forward of the members
+    `alive` (in that order; in chunks of members bounded by `EVAL_ENTRIES`), on the device.
+    `pools` holds per pooling layer (alpha, gt, mask_before, mask_after), each (S, B, N)."""
     base = stack.base
-    n_pools = len(cfg.pool_layers)
 
     def fwd(p: dict, hyper: dict, x, A, mask, gt):
         o = functional_call(base, p, (x, Graph(A, mask), gt), {"hyper": hyper})
         pools = tuple((r.alpha, r.gt, r.mask_before, r.graph.mask) for r in o.pools)
         return o.out, pools
 
-    per_member: list[list[tuple[DenseBatch, NetOutput]]] = [[] for _ in alive]
     idx = torch.tensor(alive, device=next(iter(stack.params.values())).device)
     base.eval()
     width = max([b.x.shape[-1] for _, b in batches[:1]] + list(cfg.filters) + [cfg.hidden or 0])
-    with torch.no_grad():
-        for _, b in batches:
-            hb = _host_batch(b)
-            per = b.x.shape[0] * b.x.shape[1] * width * cfg.K
-            chunk = max(1, EVAL_ENTRIES // max(per, 1))
-            for s0 in range(0, len(alive), chunk):
-                sel = idx[s0:s0 + chunk]
-                p = {k: v[sel] for k, v in stack.params.items()}
-                h = {k: v[sel] for k, v in stack.hyper.items()}
-                out, pools = vmap(fwd, in_dims=(0, 0, None, None, None, None))(
-                    p, h, b.x, b.A, b.mask, b.gt)
-                out = out.cpu()  # one transfer per batch and chunk of members
-                pools = [tuple(t.cpu() for t in layer) for layer in pools]
-                for j in range(len(sel)):
-                    res = [PoolResult(None, Graph(hb.A, pools[ly][3][j]), pools[ly][0][j],
-                                      pools[ly][2][j], pools[ly][1][j], None)
-                           for ly in range(n_pools)]
-                    per_member[s0 + j].append((hb, NetOutput(out[j], res)))
-    return per_member
+    for _, b in batches:
+        per = b.x.shape[0] * b.x.shape[1] * width * cfg.K
+        chunk = max(1, EVAL_ENTRIES // max(per, 1))
+        parts = []
+        for s0 in range(0, len(alive), chunk):
+            sel = idx[s0:s0 + chunk]
+            p = {k: v[sel] for k, v in stack.params.items()}
+            h = {k: v[sel] for k, v in stack.hyper.items()}
+            parts.append(vmap(fwd, in_dims=(0, 0, None, None, None, None))(
+                p, h, b.x, b.A, b.mask, b.gt))
+        if len(parts) == 1:
+            out, pools = parts[0]
+        else:  # outputs are small next to the forward's features: one (S, ...) tensor each
+            out = torch.cat([o for o, _ in parts])
+            pools = [tuple(torch.cat(t) for t in zip(*layer)) for layer in zip(*(q for _, q in parts))]
+        yield b, out, list(pools)
 
 
+def _loo_alpha(stack: MemberStack, alive: list[int], cfg: TrialConfig) -> LooAlpha:
+    """Leave-one-out attention alpha_WS (S_alive, B, N) of the global-pool members `alive`, all
+    together (`ablate.trial.pack_loo`), as `evaluate(..., loo=True)` scores one model."""
+    target, floor = cfg.weak_target, weak_floor(cfg)
+    return lambda b: weak_attention(leave_one_out_members(stack, alive, b, target), b.mask, floor)
+
+
+@torch.no_grad()
 def evaluate_members(stack: MemberStack, alive: list[int], batches, cfg: TrialConfig,
-                     loo: bool = False) -> list[dict]:
-    """`evaluate` records of the members `alive` (indices into the stack) on `batches`."""
-    if loo:  # leave-one-out attention needs the model itself: materialise each member
-        return [evaluate(stack.materialise(i), batches, stack.members[i].cfg, loo=True)
-                for i in alive]
-    outs = _eval_forward(stack, alive, batches, cfg)
-    return [summarize(o, stack.members[i].cfg, stack.regression) for i, o in zip(alive, outs)]
+                     loo: bool = False, fields: str = "all") -> PackResult:
+    """`evaluate` of the members `alive` (indices into the stack) on `batches`, all at once on
+    the device (`ablate.trial.pack_eval.summarize_pack`): host records in `alive` order, one
+    transfer, and the device-side attention for `pool_test_auc_pack`. `loo`: leave-one-out
+    attention of global-pool models; fields="curve": only what a validation curve reads."""
+    return summarize_pack(_eval_forward(stack, alive, batches, cfg), len(cfg.pool_layers),
+                          stack.regression, _loo_alpha(stack, alive, cfg) if loo else None, fields)
 
 
 Outcome = tuple[list[dict], list[dict]] | str  # (records, curves) of a member, or its error
@@ -167,15 +185,18 @@ def run_members(members: list[Member], splits: dict[str, GraphSet],
 
 
 def fit_members(stack: MemberStack, train: TrainBatches, cfg: TrialConfig, device: torch.device,
-                replay: bool, val=None, every: int = 0) -> tuple[dict[int, str], list[list[dict]]]:
+                replay: bool, val=None, every: int = 0, failed: dict[int, str] | None = None
+                ) -> tuple[dict[int, str], list[list[dict]]]:
     """Train the stack for cfg.epochs (in place): (failed member -> error, curves per member).
 
     Validation curves on `val` (eval batches) every `every` epochs and at the last one.
+    `failed` names members failed before (weak supervision: their model B): they train
+    along, unrecorded, and keep their error.
     """
     members, S = stack.members, len(stack)
     step = PackStep(stack, train, cfg, device, replay)
     gens = [shuffler(m.seed) for m in members]
-    failed: dict[int, str] = {}  # stack index -> error
+    failed = dict(failed or {})  # stack index -> error
     curves: list[list[dict]] = [[] for _ in members]
     G = len(train)
     for epoch in range(1, cfg.epochs + 1):
@@ -193,12 +214,36 @@ def fit_members(stack: MemberStack, train: TrainBatches, cfg: TrialConfig, devic
         if not alive:
             break
         if val is not None and (epoch % every == 0 or epoch == cfg.epochs):
-            for i, v in zip(alive, evaluate_members(stack, alive, val, cfg)):
+            # one transfer per validation: accuracy, loss and layer-0 AUC of every member
+            for i, v in zip(alive, evaluate_members(stack, alive, val, cfg, fields="curve").records):
                 curves[i].append({"seed": members[i].seed, "epoch": epoch,
                                   "train_loss": means[i], "val_accuracy": v["accuracy"],
                                   "val_loss": v["loss"], "val_auc": v["attn_auc_l0"]})
     step.release()
     return failed, curves
+
+
+def _weak_member_targets(members: list[Member], splits: dict[str, GraphSet],
+                         train: TrainBatches, device: torch.device, in_ch: int,
+                         out_ch: int) -> dict[int, str]:
+    """Weak supervision for a pack: every member's model B (`weak.model_b_config`, seed +
+    `weak.MODEL_B_SEED`) trained as one pack without validation curves, the alpha_WS of all
+    of them computed together and set as each member's own targets
+    (`TrainBatches.set_member_gt`), as `weak.weak_targets` does seed by seed. Returns the
+    members whose model B diverged (index -> error): recorded as `nan`, as `run_seed` does."""
+    cfg = members[0].cfg
+    b_members = [Member(model_b_config(m.cfg), m.seed + MODEL_B_SEED) for m in members]
+    cfg_b = b_members[0].cfg  # epochs, schedule, batch size: equal across the pack
+    stack = MemberStack(b_members, in_ch, out_ch, device)
+    failed, _ = fit_members(stack, train, cfg_b, device, replays(cfg_b, device))
+    alive = [i for i in range(len(members)) if i not in failed]
+    gt = np.zeros((len(members), len(splits["train"].x)), np.float32)  # failed rows: unused
+    if alive:
+        gt[alive] = leave_one_out_attention_members(
+            stack, alive, splits["train"], device, cfg.test_batch_size, cfg.weak_target,
+            weak_floor(cfg))
+    train.set_member_gt(gt)
+    return failed
 
 
 def _run_members(members: list[Member], splits: dict[str, GraphSet],
@@ -207,32 +252,41 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     S = len(members)
     in_ch, out_ch = model_sizes(cfg, splits)
     train = TrainBatches(splits["train"], device)
+    weak_failed = (_weak_member_targets(members, splits, train, device, in_ch, out_ch)
+                   if cfg.supervision == "weak" else {})  # model B first: per-member targets
     stack = MemberStack(members, in_ch, out_ch, device)
     cos_p = [init_cosine(m, cfg.dataset, in_ch) for m in stack.models]
     val = eval_batches(splits["val"], cfg.test_batch_size, device)
     every = cfg.eval_every or max(1, cfg.epochs // 50)
 
     t0 = time.perf_counter()
-    failed, curves = fit_members(stack, train, cfg, device, replays(cfg, device), val, every)
+    failed, curves = fit_members(stack, train, cfg, device, replays(cfg, device), val, every,
+                                 failed=weak_failed)
     train_s = (time.perf_counter() - t0) / S  # validation curves included, as in `fit`
 
     alive = [i for i in range(S) if i not in failed]
     records: list[list[dict]] = [[] for _ in members]
+    pooled: dict[str, PackResult] = {}  # device-side attention of the splits pooled for the AUC
     for split, gs in splits.items():
         if split == "train" or not alive:
             continue
         te = time.perf_counter()
         batches = val if split == "val" else eval_batches(gs, cfg.test_batch_size, device)
-        recs = evaluate_members(stack, alive, batches, cfg,
-                                loo=cfg.loo_auc and not cfg.pool_layers and split != "val")
+        res = evaluate_members(stack, alive, batches, cfg,
+                               loo=cfg.loo_auc and not cfg.pool_layers and split != "val")
         eval_s = (time.perf_counter() - te) / len(alive)
-        for i, rec in zip(alive, recs):
+        if split in pooled_splits(cfg.dataset):
+            pooled[split] = res
+        for i, rec in zip(alive, res.records):
             rec.update(seed=members[i].seed, split=split, status="ok", error="",
                        cos_p_init=cos_p[i], train_s=train_s, eval_s=eval_s, device=str(device))
             records[i].append(rec)
+    for i, auc in zip(alive, pool_test_auc_pack(pooled, cfg.dataset)):  # one transfer
+        for r in records[i]:
+            r.update(auc)
+    del pooled
     out: list[Outcome] = []
     for i in range(S):
-        pool_test_auc(records[i], cfg.dataset)
         for r in records[i]:
             r["peak_rss_mb"] = peak_rss_mb()
         out.append(failed[i] if i in failed else (records[i], curves[i]))

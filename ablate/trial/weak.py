@@ -1,7 +1,10 @@
 """Leave-one-node-out attention: weak supervision and the attention of global-pool models.
 
-`weak_targets` is the driver: it trains model B and sets the train split's attention
-targets to its alpha_WS.
+`weak_targets` is the seed-by-seed driver: it trains model B (`model_b_config`, seed
+s + `MODEL_B_SEED`) and sets the train split's attention targets to its alpha_WS. A pack
+(`ablate.trial.packed`) trains the model B of all its members as one pack instead, computes
+every member's alpha_WS together and gives each member its own targets
+(`TrainBatches.set_member_gt`): the same numbers as `weak_targets` seed by seed.
 
 Knyazev et al. (2019, §3.2): train model B with global pooling, then
 alpha_WS_i is proportional to |y(G without node i) - y(G)| on the predicted
@@ -130,14 +133,20 @@ def weak_floor(cfg: TrialConfig) -> float:
     return 1e-3 if cfg.dataset in TU_DATASETS else 0.0
 
 
+def model_b_config(cfg: TrialConfig) -> TrialConfig:
+    """Model B of a weak config: global pooling, unsupervised, the recipe's epochs and LR
+    schedule (the attention model's own where `cfg.epochs` was set explicitly)."""
+    r = recipe(cfg.dataset)
+    explicit = cfg.epochs != r.get("attn_epochs", r["epochs"])
+    return cfg.replace(pool_layers=(), supervision="unsup",
+                       epochs=cfg.epochs if explicit else r["epochs"],
+                       lr_decay_epochs=cfg.lr_decay_epochs if explicit else r["lr_decay_epochs"])
+
+
 def weak_targets(cfg: TrialConfig, splits: dict[str, GraphSet], train: TrainBatches,
                   seed: int, device: torch.device, in_ch: int, out_ch: int) -> None:
     """Train model B (global pooling) and set the train split's targets to its alpha_WS."""
-    r = recipe(cfg.dataset)
-    explicit = cfg.epochs != r.get("attn_epochs", r["epochs"])
-    cfg_b = cfg.replace(pool_layers=(), supervision="unsup",
-                        epochs=cfg.epochs if explicit else r["epochs"],
-                        lr_decay_epochs=cfg.lr_decay_epochs if explicit else r["lr_decay_epochs"])
+    cfg_b = model_b_config(cfg)
     model_b = seeded_model(cfg_b, seed + MODEL_B_SEED, in_ch, out_ch, device)
     fit(model_b, cfg_b, train, seed + MODEL_B_SEED)
     alpha_ws = leave_one_out_attention(model_b, splits["train"], device, cfg.test_batch_size,

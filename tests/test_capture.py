@@ -1,0 +1,372 @@
+"""The replayed (fixed-shape, CUDA-graph) step, proven on the CPU: what a capture freezes,
+what it must never read stale, how a failed capture falls back, and that the step and its
+evaluation stay on the device they were given."""
+
+import contextlib
+import math
+import warnings
+
+import pytest
+import torch
+from _noise import noise_only
+
+from ablate.config import ConfigError, TrialConfig, resolve, validate
+from ablate.data import load_graphsets
+from ablate.trial import pack_step
+from ablate.trial import packed as batched
+from ablate.trial.batches import TrainBatches
+from ablate.trial.fit import lr_at
+from ablate.trial.setup import shuffler
+
+TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
+TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def tiny(**kw) -> TrialConfig:
+    base = dict(dataset="colors", data_params=TINY, epochs=5, seeds=(0, 1, 2), eval_every=2,
+                device="cpu", batch_size=24, lr_decay_epochs=(3,))
+    return resolve(TrialConfig(**{**base, **kw}))
+
+
+def frozen_graphs(ps: pack_step.PackStep, log: dict) -> None:
+    """Make `ps` capture and replay on the CPU with a stand-in for a CUDA graph that, like
+    one, freezes every Python value the step read at capture: on each replay the optimiser's
+    non-tensor hyperparameters (LR included, if it were a float) are those of the capture.
+    Tensors are read live, as a graph reads its buffers."""
+    ps.graphs_on = True
+    ps._warm = lambda step: (ps.opt.zero_grad(set_to_none=True), step())
+
+    def capture(step):
+        log["captures"] = log.get("captures", 0) + 1
+        frozen = [{k: v for k, v in g.items() if k != "params" and not torch.is_tensor(v)}
+                  for g in ps.opt.param_groups]
+
+        def replay():
+            log["replays"] = log.get("replays", 0) + 1
+            live = [dict(g) for g in ps.opt.param_groups]
+            for g, f in zip(ps.opt.param_groups, frozen):
+                g.update(f)
+            ps.opt.zero_grad(set_to_none=True)  # a replay assigns fresh gradients
+            step()
+            for g, saved in zip(ps.opt.param_groups, live):
+                g.update({k: saved[k] for k in g if k != "params"})
+
+        return replay
+
+    ps._capture = capture
+
+
+def _train(cfg, splits, replay: bool, graphs: bool = False, log=None):
+    train = TrainBatches(splits["train"], CPU)
+    stack = batched.MemberStack([batched.Member(cfg, s) for s in cfg.seeds],
+                                splits["train"].num_features, 1, CPU)
+    ps = pack_step.PackStep(stack, train, cfg, CPU, replay)
+    if graphs:
+        frozen_graphs(ps, log if log is not None else {})
+    gens = [shuffler(s) for s in cfg.seeds]
+    for epoch in range(1, cfg.epochs + 1):
+        ps.set_lr(lr_at(cfg, epoch))
+        perms = torch.stack([torch.randperm(len(train), generator=g) for g in gens])
+        for s in range(0, len(train), cfg.batch_size):
+            ps.run(perms[:, s:s + cfg.batch_size])
+    return stack.params, ps
+
+
+PACKS = [dict(supervision="sup"),
+         dict(supervision="unsup", selection="topk", ratio=0.4),
+         dict(pool_layers=()),
+         dict(dataset="triangles", data_params=TRI, epochs=4, seeds=(0, 1), supervision="sup")]
+
+
+@pytest.mark.parametrize("kw", PACKS)
+def test_replayed_step_trains_the_eager_parameters_through_an_lr_decay(kw):
+    """Replayed with a graph stand-in that freezes Python values at capture, with the LR
+    decayed inside the run and a partial last batch, the step trains the parameters of the
+    eager step (rtol 1e-4); one capture per batch shape."""
+    cfg = tiny(**kw)
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    assert len(splits["train"]) % cfg.batch_size  # a partial last batch
+    assert 1 < cfg.lr_decay_epochs[0] <= cfg.epochs  # the LR changes inside the run
+    log: dict = {}
+    eager, _ = _train(cfg, splits, replay=False)
+    replayed, ps = _train(cfg, splits, replay=True, graphs=True, log=log)
+    assert log["captures"] == 2 and log["replays"] > 0  # full and partial batch shapes
+    assert float(ps.opt.param_groups[0]["lr"]) == pytest.approx(lr_at(cfg, cfg.epochs))
+    skip = noise_only(cfg, splits)
+    assert len(skip) <= 2
+    for k in eager:
+        if k not in skip:
+            torch.testing.assert_close(replayed[k], eager[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_a_float_lr_would_be_frozen_by_the_capture():
+    """The stand-in is strict enough to catch a schedule that does not reach the graph: a
+    float LR (what capturable Adam replaces by a device tensor) stays at its capture value."""
+    cfg = tiny(supervision="sup")
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    eager, _ = _train(cfg, splits, replay=False)
+    original = pack_step.PackStep.__init__
+
+    def float_lr(self, *a, **k):
+        original(self, *a, **k)
+        for g in self.opt.param_groups:
+            g["lr"] = float(g["lr"])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pack_step.PackStep, "__init__", float_lr)
+        mp.setattr(pack_step.PackStep, "_check_bound", lambda self: None)  # blind it
+        frozen, _ = _train(cfg, splits, replay=True, graphs=True)
+    assert any(not torch.allclose(frozen[k], eager[k], rtol=1e-3, atol=1e-4) for k in eager)
+
+
+@pytest.mark.parametrize("replace, name", [
+    (lambda ps: setattr(ps.train, "dense", ps.train.dense.replace_gt(ps.train.dense.gt * 0.5)),
+     r"train\.gt"),
+    (lambda ps: ps.opt.param_groups[0].__setitem__("lr", 1e-4), r"lr\[0\]"),
+])
+def test_a_replaced_buffer_is_recaptured_never_read_stale(replace, name):
+    """A graph replays the addresses it captured: a collated split replaced by a new tensor,
+    or an LR group assigned a float, would be read stale. The step notices before the next
+    replay (one warning naming the buffer) and captures again."""
+    cfg = tiny(supervision="sup", epochs=3, lr_decay_epochs=())
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    log: dict = {}
+    _, ps = _train(cfg, splits, replay=True, graphs=True, log=log)
+    assert log["captures"] == 2
+    replace(ps)
+    idx = torch.arange(cfg.batch_size).repeat(len(cfg.seeds), 1)
+    with pytest.warns(RuntimeWarning, match=rf"replaced \({name}\)"):
+        for _ in range(pack_step.WARMUP_STEPS + 1):
+            ps.run(idx)
+    assert log["captures"] == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ps.run(idx)  # bound again: no further warning
+
+
+def test_set_gt_rewrites_the_captured_targets_in_place():
+    cfg = tiny(supervision="sup", epochs=3, lr_decay_epochs=())
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    train = TrainBatches(splits["train"], CPU)
+    before = train.dense.gt.data_ptr()
+    train.set_gt(train.gs.gt * 0.5)
+    assert train.dense.gt.data_ptr() == before
+
+
+def test_a_failed_capture_runs_that_shape_uncaptured():
+    """Any error while capturing (not out of memory) leaves that batch shape uncaptured, with
+    one warning naming the cause; training goes on with the same parameters."""
+    cfg = tiny(supervision="sup", epochs=3)
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    eager, _ = _train(cfg, splits, replay=True)
+    original = pack_step.PackStep.__init__
+
+    def failing(self, *a, **k):
+        original(self, *a, **k)
+        frozen_graphs(self, {})
+
+        def capture(step):
+            raise pack_step.CaptureError(RuntimeError("operation not permitted when stream "
+                                                      "is capturing"))
+        self._capture = capture
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pack_step.PackStep, "__init__", failing)
+        with pytest.warns(RuntimeWarning, match="capture of the .* failed") as rec:
+            fallback, ps = _train(cfg, splits, replay=True)
+    assert sum("capture" in str(w.message) for w in rec) == 2  # once per batch shape
+    assert ps._uncaptured == {24, len(splits["train"]) % 24}
+    for k in eager:
+        torch.testing.assert_close(fallback[k], eager[k])
+
+
+class _FakeGraphCtx:
+    """torch.cuda.graph as it behaves when the captured region raises: ending the aborted
+    capture raises its own error on exit, which would replace the real one."""
+
+    def __init__(self, g):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is not None:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during "
+                               "capture")
+        return False
+
+
+@pytest.mark.parametrize("raised, expected", [
+    (torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)"), torch.cuda.OutOfMemoryError),
+    (ValueError("not capturable"), pack_step.CaptureError),
+])
+def test_capture_reports_the_error_inside_not_the_one_on_exit(monkeypatch, raised, expected):
+    """An out-of-memory error inside the capture reaches `run_members` as itself (so the pack is
+    split); any other becomes `CaptureError` carrying the real cause."""
+    monkeypatch.setattr(torch.cuda, "graph", _FakeGraphCtx)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+
+    def step():
+        raise raised
+
+    with pytest.raises(expected) as info:
+        pack_step.PackStep._capture(None, step)
+    if expected is pack_step.CaptureError:
+        assert info.value.cause is raised
+
+
+def test_replay_with_gao_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="step=replay needs fixed shapes.*selection=gao"):
+        resolve(TrialConfig(dataset="colors", supervision="unsup", selection="gao",
+                            step="replay"))
+    validate(resolve(TrialConfig(dataset="colors", supervision="unsup", selection="gao")))
+
+
+@pytest.mark.parametrize("kw", PACKS)
+def test_step_and_evaluation_create_no_tensor_on_a_default_device(kw):
+    """Under a `meta` default device, a tensor made without naming its device would be meta and
+    fail the moment it meets a real one: the replayed step and the pack's evaluation name
+    theirs (the set-up before, collation and model creation, is outside the check)."""
+    cfg = tiny(**{**kw, "epochs": 2})
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    from ablate.trial.batches import eval_batches
+
+    train = TrainBatches(splits["train"], CPU)
+    stack = batched.MemberStack([batched.Member(cfg, s) for s in cfg.seeds],
+                                splits["train"].num_features, 1, CPU)
+    val = eval_batches(splits["val"], 16, CPU)
+    perms = torch.stack([torch.randperm(len(train), generator=shuffler(s)) for s in cfg.seeds])
+    with torch.device("meta"):
+        ps = pack_step.PackStep(stack, train, cfg, CPU, replay=True)
+        for s in range(0, len(train), cfg.batch_size):
+            ps.run(perms[:, s:s + cfg.batch_size])
+        recs = batched.evaluate_members(stack, list(range(len(stack))), val, cfg)
+    assert torch.isfinite(ps.total).all()
+    assert len(recs) == len(cfg.seeds) and all(math.isfinite(r["loss"]) for r in recs)
+
+
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::is_nonzero")
+
+
+def _syncs(fn) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.name in SYNC_OPS)
+
+
+@contextlib.contextmanager
+def _no_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+# ------------------------------------------------------------------ CUDA (skipped without one)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+GPU = torch.device("cuda") if torch.cuda.is_available() else CPU
+
+
+def _train_on(device, cfg, splits, replay: bool):
+    train = TrainBatches(splits["train"], device)
+    stack = batched.MemberStack([batched.Member(cfg, s) for s in cfg.seeds],
+                                splits["train"].num_features, 1, device)
+    ps = pack_step.PackStep(stack, train, cfg, device, replay)
+    gens = [shuffler(s) for s in cfg.seeds]
+    for epoch in range(1, cfg.epochs + 1):
+        ps.set_lr(lr_at(cfg, epoch))
+        perms = torch.stack([torch.randperm(len(train), generator=g) for g in gens]).to(device)
+        for s in range(0, len(train), cfg.batch_size):
+            ps.run(perms[:, s:s + cfg.batch_size])
+    return stack, ps
+
+
+@needs_cuda
+@pytest.mark.parametrize("kw", PACKS)
+def test_cuda_graph_trains_the_eager_parameters_through_an_lr_decay(kw):
+    """Real CUDA graphs (captured per batch shape, partial last batch, LR decayed inside the
+    run) train the parameters of the eager CUDA step; parameters are compared, not records,
+    so no tolerance hangs on a node at the threshold."""
+    cfg = tiny(**{**kw, "device": "cuda"})
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    eager, _ = _train_on(GPU, cfg, splits, replay=False)
+    replayed, ps = _train_on(GPU, cfg, splits, replay=True)
+    assert ps.graphs_on and set(ps._graphs) == {24, len(splits["train"]) % 24}
+    assert not ps._uncaptured
+    assert float(ps.opt.param_groups[0]["lr"]) == pytest.approx(lr_at(cfg, cfg.epochs))
+    skip = noise_only(cfg, splits)
+    for k in eager.params:
+        if k not in skip:
+            torch.testing.assert_close(replayed.params[k], eager.params[k], rtol=1e-3, atol=1e-4,
+                                       msg=k)
+
+
+@needs_cuda
+def test_cuda_replay_makes_no_host_sync():
+    """After warm-up and capture, replayed steps run under sync debug mode "error"."""
+    cfg = tiny(supervision="sup", device="cuda", epochs=3)
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    stack, ps = _train_on(GPU, cfg, splits, replay=True)  # warm-up and capture
+    idx = torch.arange(cfg.batch_size, device=GPU).repeat(len(cfg.seeds), 1)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            ps.run(idx)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(ps.total).all()
+
+
+@needs_cuda
+def test_cuda_capture_failure_falls_back_with_one_warning(monkeypatch):
+    """A step that cannot be captured (here: a host sync inside the captured region) runs
+    uncaptured, with one warning per batch shape, and trains what the eager step trains."""
+    cfg = tiny(supervision="sup", device="cuda", epochs=3, lr_decay_epochs=())
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    eager, _ = _train_on(GPU, cfg, splits, replay=False)
+    body = pack_step.PackStep._body
+
+    def syncing(self, idx):
+        if torch.cuda.is_current_stream_capturing():
+            float(self.total.sum())  # not allowed while capturing
+        body(self, idx)
+
+    monkeypatch.setattr(pack_step.PackStep, "_body", syncing)
+    with pytest.warns(RuntimeWarning, match="capture of the .* failed"):
+        fallback, ps = _train_on(GPU, cfg, splits, replay=True)
+    assert ps._uncaptured and not ps._graphs
+    skip = noise_only(cfg, splits)
+    for k in eager.params:
+        if k not in skip:
+            torch.testing.assert_close(fallback.params[k], eager.params[k], rtol=1e-3, atol=1e-4)
+
+
+@needs_cuda
+def test_cuda_oom_during_capture_splits_the_pack(monkeypatch):
+    """An out-of-memory error inside a real capture reaches `run_members` as itself (not the
+    error that ending the aborted capture raises), so the pack is split in halves."""
+    cfg = tiny(supervision="sup", device="cuda", epochs=3, seeds=(0, 1, 2, 3))
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    body = pack_step.PackStep._body
+    sizes = []
+
+    def big(self, idx):
+        if torch.cuda.is_current_stream_capturing() and len(self.stack) > 2:
+            sizes.append(len(self.stack))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated in capture)")
+        body(self, idx)
+
+    monkeypatch.setattr(pack_step.PackStep, "_body", big)
+    out = batched.run_members([batched.Member(cfg, s) for s in cfg.seeds], splits, GPU)
+    assert sizes == [4]
+    assert [o[0][0]["seed"] for o in out] == [0, 1, 2, 3]
