@@ -55,7 +55,7 @@ class TrialConfig:
     hidden: int | None = None  # hidden width of the per-layer MLP; 0 = single Linear+ReLU
     filters: tuple[int, ...] | None = None  # output channels of each graph layer
     readout: str | None = None  # sum, mean or max over nodes
-    dropout: float | None = None  # dropout before every graph layer and the head
+    dropout: float | None = None  # dropout before the head (the readout features), as the reference
     pool_layers: tuple[int, ...] | None = None  # attention pooling before these layers; () = global
     scorer: str | None = None  # fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)
     scorer_input: str | None = None  # prev (previous layer's input) or curr (current features)

@@ -101,12 +101,12 @@ def measure(dataset: str, S: int, step: str, device: torch.device, steps: int,
     if validate:
         val = eval_batches(splits["val"], cfg.test_batch_size, device)
         alive = list(range(S))
-        batched.evaluate_members(stack, alive, val, cfg)  # warm-up
+        batched.evaluate_members(stack, alive, val, cfg, fields="curve")  # warm-up
         _sync(device)
         vt = []
         for _ in range(max(1, min(repeats, 3))):
             t0 = time.perf_counter()
-            batched.evaluate_members(stack, alive, val, cfg)
+            batched.evaluate_members(stack, alive, val, cfg, fields="curve")
             _sync(device)
             vt.append(time.perf_counter() - t0)
         out["val_s"] = statistics.median(vt)

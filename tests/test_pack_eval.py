@@ -153,14 +153,18 @@ def test_global_pool_without_attention_is_nan():
     _check(cfg, [0, 1])
 
 
-def test_alive_subset_does_not_change_members():
+def test_alive_subset_and_member_chunks_do_not_change_members(monkeypatch):
+    """Members [0, 2] of 3 (member 1 went NaN) equal `summarize`; a member's numbers do not
+    depend on the others alive, their order, or on the forward running in chunks of members."""
     cfg = tiny(supervision="sup")
     _check(cfg, [0, 2])
     stack, splits = _trained(cfg)
     batches = eval_batches(splits["test_large"], cfg.test_batch_size, CPU)
     every = batched.evaluate_members(stack, [0, 1, 2], batches, cfg).records
     some = batched.evaluate_members(stack, [2, 0], batches, cfg).records
-    for a, b in ((some[0], every[2]), (some[1], every[0])):
+    monkeypatch.setattr(batched, "EVAL_ENTRIES", 1)  # one member per vmapped forward
+    chunked = batched.evaluate_members(stack, [0, 1, 2], batches, cfg).records
+    for a, b in ((some[0], every[2]), (some[1], every[0]), *zip(chunked, every)):
         _assert_record(a, b, "alive")
 
 

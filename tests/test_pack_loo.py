@@ -46,17 +46,20 @@ def batches(split: str = "test_large", batch_size: int = 16):
 
 
 def assert_members_equal(stack: MemberStack, target: str, split: str = "test_large") -> None:
+    """Every batch: the pack = member by member, with the CPU's member chunks (default) and
+    with every member at once (CUDA's budget)."""
     for _, b in batches(split):
-        got = leave_one_out_members(stack, ALIVE, b, target=target)
-        assert got.shape == (len(ALIVE), *b.mask.shape)
         with torch.no_grad():
             ref = torch.stack([leave_one_out_batch(stack.materialise(i), b, target=target)
                                for i in ALIVE])
         scale = ref.flatten(1).abs().amax(1) + 1e-3  # per member
-        err = (got - ref).flatten(1).abs().amax(1)
-        assert (err <= 1e-5 * scale + 1e-6).all(), (err, scale)
-        assert (got[:, ~b.mask] == 0).all()
         assert (ref.flatten(1).amax(1) > 0).all()  # members really differ from zero
+        for member_entries in (None, 10 ** 12):
+            got = leave_one_out_members(stack, ALIVE, b, target, member_entries=member_entries)
+            assert got.shape == (len(ALIVE), *b.mask.shape)
+            err = (got - ref).flatten(1).abs().amax(1)
+            assert (err <= 1e-5 * scale + 1e-6).all(), (member_entries, err, scale)
+            assert (got[:, ~b.mask] == 0).all()
     assert not torch.allclose(got[0], got[1])  # and from each other
 
 
@@ -95,13 +98,14 @@ def test_dense_path(kw, out_ch, target):
 
 
 def test_dense_chunks_give_the_same_values():
-    """Chunks of one member and one graph (`chunk_entries=1`) = one chunk."""
+    """Chunks of one member and one graph = one chunk of everything."""
     stack = stack_of(3, K=3, filters=(16, 16))
     _, b = batches()[-1]
-    one = leave_one_out_members(stack, ALIVE, b, "prob", chunk_entries=10 ** 12)
+    one = leave_one_out_members(stack, ALIVE, b, "prob", chunk_entries=10 ** 12,
+                                member_entries=10 ** 12)
     with mock.patch("ablate.trial.pack_loo.functional_call",
                     wraps=torch.func.functional_call) as spy:
-        many = leave_one_out_members(stack, ALIVE, b, "prob", chunk_entries=1)
+        many = leave_one_out_members(stack, ALIVE, b, "prob", chunk_entries=1, member_entries=1)
     assert spy.call_count == len(ALIVE) * (1 + len(b))  # one member, one graph per chunk
     torch.testing.assert_close(many, one, rtol=1e-5, atol=1e-6)
 

@@ -36,7 +36,17 @@ from ablate.models.network import GraphNet
 from ablate.trial.batches import DenseBatch
 
 _FAR = 127  # distance code for "not reached" (int8 table)
-MEMBER_ENTRIES = 256_000_000  # table entries (1 GB float32) of the members run at once per chunk
+# activation entries of the members run at once: on CUDA as many as fit (1 GB float32, one
+# kernel per step for all); on CPU about a cache's worth, since members side by side spill
+# the cache and cost more than they save (measured: one or two members at a time is fastest)
+MEMBER_ENTRIES = {"cuda": 256_000_000, "cpu": 8_000_000}
+
+
+def member_budget(device: torch.device, entries: int | None = None) -> int:
+    """Activation entries of the members run together on `device` (`entries` if given)."""
+    if entries is not None:
+        return entries
+    return MEMBER_ENTRIES["cpu" if device.type == "cpu" else "cuda"]
 
 
 def supports_local_loo(model: torch.nn.Module) -> bool:
@@ -108,7 +118,7 @@ class _Layer:
     """Index structures of one layer l of a chunk (weight-independent).
 
     Rows 0 .. n_in - 1 of the layer's changed rows S_l (pair order) get their neighbour term
-    from `op` (n_in, (V + n_prev) * K), read against the layer's table of projected rows;
+    from `op` (n_in, V + n_prev), read against the layer's projected rows of the last term;
     `outer` = (lo, hi, CSR (n_cur - n_in, hi - lo)) updates the outer shell (dist l + 1) from
     the changes of the pairs lo .. hi - 1 at dist l, or None.
     """
@@ -137,7 +147,7 @@ class LooStructure:
     maskf: Tensor  # (V, 1, 1) float node mask
     n: Tensor  # (b,) float node counts
     own_f: Tensor  # (V,) K = 1: diagonal of the full graph's operator
-    op_full: Tensor  # CSR (V, V * K): the full graph's neighbour term
+    op_full: Tensor  # CSR (V, V): the full graph's neighbour term
     cb: Tensor  # (nc,)
     ci: Tensor  # (nc,)
     pc: Tensor  # (P,)
@@ -237,8 +247,8 @@ def loo_structure(model: GraphNet, A: Tensor, mask: Tensor) -> LooStructure:
         # previous layer is read from the changed rows (table row V + pair), else the full row
         nnz = ends[n_in]
         src = e_pair[:nnz]
-        cols = torch.where((src >= 0) & (src < n_prev), V + src, e_full[:nnz]) * K + (K - 1)
-        op = _csr(crow[: n_in + 1], cols, w[:nnz], (n_in, (V + n_prev) * K))
+        cols = torch.where((src >= 0) & (src < n_prev), V + src, e_full[:nnz])
+        op = _csr(crow[: n_in + 1], cols, w[:nnz], (n_in, V + n_prev))
         outer = None
         if n_cur > n_in:
             # outer shell: z = z_full + sum_m P[j, m] (Y_new[m] - Y_full[m]) over neighbours m
@@ -261,36 +271,51 @@ def loo_structure(model: GraphNet, A: Tensor, mask: Tensor) -> LooStructure:
                                   (n_cur - n_in, hi - lo)))
         layers.append(_Layer(n_prev, n_in, n_cur, op, outer))
     return LooStructure(b, N, K, cfg.readout == "mean", maskf, mask.sum(1).to(dt), own_f,
-                        _csr(crow_f, col * K + (K - 1), w_f, (V, V * K)), cb, ci, pc, pg, own,
+                        _csr(crow_f, col, w_f, (V, V)), cb, ci, pc, pg, own,
                         layers)
 
 
-def _project(h: Tensor, w: Tensor, out: Tensor) -> None:
-    """out[r, k, s] = h[r] (or h[r, s]) @ W_k of member s, for every member at once.
+def _lin(terms: list[tuple[Tensor, int]], w: Tensor, bias: Tensor | None, out: Tensor) -> None:
+    """out = bias + sum over (T, k) of T W_k^T for every member, in place (out += ... without bias).
 
-    h (R, C) shared by the members or (R, S, C); w (S, C, K * H) = [W_0 .. W_K-1] per
-    member; out (R, K, S, H), contiguous (table rows r * K + k, members side by side).
+    T (R, C) shared by the members or (R, S, C); w (S, H, K * C), the first Linear of a layer
+    (block k of its input acts on term k); bias (S, H); out (R, S, H), a contiguous block.
     """
-    R, K, S, H = out.shape
-    C = w.shape[1]
-    if h.dim() == 2:  # one GEMM, the members' weights side by side in the columns
-        torch.mm(h, w.view(S, C, K, H).permute(1, 2, 0, 3).reshape(C, K * S * H), out=out.view(R, K * S * H))
-    elif S == 1:
-        torch.mm(h.reshape(R, C), w[0], out=out.view(R, K * S * H))
-    else:  # batched GEMM over the members
-        out.copy_(torch.bmm(h.transpose(0, 1), w).view(S, R, K, H).permute(1, 2, 0, 3))
+    R, S, H = out.shape
+    C = terms[0][0].shape[-1]
+    K = w.shape[2] // C
+    for i, (t, k) in enumerate(terms):
+        wk = w.view(S, H, K, C)[:, :, k]  # (S, H, C)
+        add = bias if i == 0 else None
+        if t.dim() == 2:  # shared input: one GEMM, the members side by side in the columns
+            wk = wk.permute(2, 0, 1).reshape(C, S * H)
+            o = out.view(R, S * H)
+            if add is None:
+                o.addmm_(t, wk)
+            else:
+                torch.addmm(add.reshape(S * H), t, wk, out=o)
+        else:  # batched GEMM over the members, straight into the (R, S, H) layout
+            o, t, wk = out.transpose(0, 1), t.transpose(0, 1), wk.transpose(1, 2)
+            if add is None:
+                o.baddbmm_(t, wk)
+            else:
+                torch.baddbmm(add.unsqueeze(1), t, wk, out=o)
 
 
 def _linear(h: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
     """Per-member linear map: h (R, S, I), w (S, O, I), bias (S, O) -> (R, S, O) contiguous."""
-    R, S, I = h.shape
-    if S == 1:
-        h1 = h.reshape(R, I)
-        out = h1 @ w[0].T if bias is None else torch.addmm(bias[0], h1, w[0].T)
-        return out.view(R, 1, w.shape[1])
-    ht, wt = h.transpose(0, 1), w.transpose(1, 2)
-    out = torch.bmm(ht, wt) if bias is None else torch.baddbmm(bias.unsqueeze(1), ht, wt)
-    return out.transpose(0, 1).contiguous()
+    R, S, _ = h.shape
+    out = h.new_empty(R, S, w.shape[1])
+    if bias is None:
+        torch.bmm(h.transpose(0, 1), w.transpose(1, 2), out=out.transpose(0, 1))
+    else:
+        torch.baddbmm(bias.unsqueeze(1), h.transpose(0, 1), w.transpose(1, 2), out=out.transpose(0, 1))
+    return out
+
+
+def _col(v: Tensor, like: Tensor) -> Tensor:
+    """(R,) -> broadcastable against `like` (R, ...)."""
+    return v.view(-1, *[1] * (like.dim() - 1))
 
 
 def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
@@ -298,66 +323,65 @@ def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
     """Head outputs of the full graphs and of every removal, for S parameter sets at once.
 
     `params`: `model`'s parameters by name, stacked (S, ...) (`torch.func.stack_module_state`
-    order; `model` only gives the layout). Activations are (rows, S, F), members side by side,
-    so each sparse operator multiplies all members in one matmul and GEMMs are batched.
-    x (b, N, C) -> full (S, b, O), loo (S, b, N, O).
+    order; `model` only gives the layout). Each layer propagates its input first (sparse
+    operators on rows of width S * C; at layer 1 the input is shared, so once for all
+    members), then applies its first Linear as batched GEMMs written in place. Rows are
+    (rows, S, F), members side by side: the full graph's V rows, then the changed rows
+    (V + pair) of every copy. x (b, N, C) -> full (S, b, O), loo (S, b, N, O).
     """
     K, b, N = st.K, st.b, st.N
     V = b * N
     S = params["head.bias"].shape[0]
     dev, dt = x.device, x.dtype
-    h_full = x.reshape(V, -1)  # (V, C) shared by the members, then (V, S, F_l)
-    h_new = x.new_zeros(0, h_full.shape[-1])  # rows of S_(l-1), in pair order
+    X = x.reshape(V, -1)  # layer input: full rows, then rows of S_(l-1); (rows, C) shared at layer 1
     for li, (layer, ls) in enumerate(zip(model.layers, st.layers)):
         pre = f"layers.{li}.mlp."
         w0, b0 = params[pre + "0.weight"], params[pre + "0.bias"]  # (S, H, K * C), (S, H)
-        H, C = w0.shape[1], w0.shape[2] // K
-        wcat = w0.view(S, H, K, C).permute(0, 3, 2, 1).reshape(S, C, K * H)  # [W_0 .. W_K-1]
         n_prev, n_in, n_cur = ls.n_prev, ls.n_in, ls.n_cur
-        table = torch.empty((V + n_prev) * K, S, H, dtype=dt, device=dev)  # rows g*K + k
-        _project(h_full, wcat, table[: V * K].view(V, K, S, H))
-        _project(h_new, wcat, table[V * K:].view(n_prev, K, S, H))  # GEMM on changed rows only
-        flat = table.view(-1, S * H)
-        # full graph: z = own term + bias + neighbour term (pre-activation, (V, S, H))
+        feat = X.shape[1:]  # (C,) shared or (S, C)
+        Xf = X.view(V + n_prev, -1)
+        z = torch.empty(V + n_cur, S, w0.shape[1], dtype=dt, device=dev)  # pre-activations
+        # full graph: terms [X, T_(K-1) X] (K = 2) or the GCN operator's own + neighbour term
+        nb = (st.op_full @ Xf[:V]).view(V, *feat)
         if K == 1:
-            z_full = table[:V] * st.own_f[:, None, None]
+            _lin([(torch.addcmul(nb, X[:V], _col(st.own_f, nb)), 0)], w0, b0, z[:V])
         else:
-            z_full = table[: V * K: K].clone(memory_format=torch.contiguous_format)
-        z_full.add_(b0)
-        z_full.view(V, S * H).addmm_(st.op_full, flat[: V * K])
-        z = torch.empty(n_cur, S, H, dtype=dt, device=dev)
-        # own term (T_0, or the diagonal of the GCN operator): new row if the node changed before
-        torch.index_select(table, 0, st.pg[n_prev:n_in] * K, out=z[n_prev:n_in])
+            _lin([(X[:V], 0), (nb, K - 1)], w0, b0, z[:V])
+        # changed rows whose own row or operator row changed, or that read changed rows:
+        # own term from the new rows (layer 1: the full rows), neighbour term by one sparse matmul
+        own_in = X[V:] if n_in == n_prev else torch.cat([X[V:], _at(X, st.pg[n_prev:n_in])])
+        nb = (ls.op @ Xf).view(n_in, *feat)
         if K == 1:
-            torch.mul(table[V * K::K], st.own[:n_prev, None, None], out=z[:n_prev])
-            torch.addcmul(b0, z[n_prev:n_in], st.own[n_prev:n_in, None, None], out=z[n_prev:n_in])
-            z[:n_prev].add_(b0)
+            _lin([(torch.addcmul(nb, own_in, _col(st.own[:n_in], nb)), 0)], w0, b0, z[V:V + n_in])
         else:
-            torch.add(table[V * K::K], b0, out=z[:n_prev])
-            z[n_prev:n_in].add_(b0)
-        z[:n_in].view(n_in, S * H).addmm_(ls.op, flat)  # neighbour term: one sparse matmul
+            _lin([(own_in, 0), (nb, K - 1)], w0, b0, z[V:V + n_in])
         if ls.outer is not None:
+            # outer shell: z = z_full + (sum_m P[j, m] (X_new[m] - X_full[m])) W_(K-1) over
+            # neighbours m at dist l (the operator row of a node at dist >= 3 is unchanged)
             lo, hi, op_outer = ls.outer
-            dy = table[(V + lo) * K + K - 1: (V + hi) * K: K] - _at(table, st.pg[lo:hi] * K + (K - 1))
-            torch.index_select(z_full, 0, st.pg[n_in:n_cur], out=z[n_in:])
-            z[n_in:].view(n_cur - n_in, S * H).addmm_(op_outer, dy.view(hi - lo, S * H))
-        for j, mod in enumerate(layer.mlp[1:], 1):
+            dx = X[V + lo: V + hi] - _at(X, st.pg[lo:hi])
+            agg = (op_outer @ dx.view(hi - lo, -1)).view(n_cur - n_in, *feat)
+            torch.index_select(z[:V], 0, st.pg[n_in:n_cur], out=z[V + n_in:])
+            _lin([(agg, K - 1)], w0, None, z[V + n_in:])
+        for j, mod in enumerate(layer.mlp[1:], 1):  # full and changed rows together
             if isinstance(mod, torch.nn.Linear):
-                wj, bj = params[f"{pre}{j}.weight"], params[f"{pre}{j}.bias"]
-                z, z_full = _linear(z, wj, bj), _linear(z_full, wj, bj)
-            else:  # elementwise (ReLU)
-                z, z_full = mod(z), mod(z_full)
-        h_new = z.relu_()  # (n_cur, S, F_l)
-        h_full = z_full.relu_() * st.maskf  # (V, S, F_l), zero on padding
+                z = _linear(z, params[f"{pre}{j}.weight"], params[f"{pre}{j}.bias"])
+            elif isinstance(mod, torch.nn.ReLU):
+                z = z.relu_()
+            else:
+                z = mod(z)
+        X = z.relu_()  # (V + n_cur, S, F_l)
+        X[:V].mul_(st.maskf)  # full rows: zero on padding
     # head(readout(.)), the head being linear: project rows first, then add up
     wh, bh = params["head.weight"], params["head.bias"]  # (S, O, F), (S, O)
     O = wh.shape[1]
-    q_full = _linear(h_full, wh)  # (V, S, O)
+    q_all = _linear(X, wh)  # (V + P, S, O)
+    q_full = q_all[:V]
     tot = q_full.view(b, N, S, O).sum(1)  # (b, S, O)
     removed = st.cb * N + st.ci  # chunk id of each copy's removed node
     q = _at(tot, st.cb) - _at(q_full, removed)  # (nc, S, O)
-    n_new = len(h_new)
-    q.index_add_(0, st.pc[:n_new], _linear(h_new, wh) - _at(q_full, st.pg[:n_new]))
+    n_new = len(q_all) - V
+    q.index_add_(0, st.pc[:n_new], q_all[V:] - _at(q_full, st.pg[:n_new]))
     if st.mean_readout:
         q = q / (_at(st.n, st.cb) - 1).clamp(min=1)[:, None, None]
         tot = tot / st.n.clamp(min=1)[:, None, None]
@@ -367,16 +391,18 @@ def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
 
 
 def _chunk(model: GraphNet, x: Tensor, A: Tensor, mask: Tensor, params: dict[str, Tensor],
-           member_entries: int = MEMBER_ENTRIES) -> tuple[Tensor, Tensor]:
+           member_entries: int | None = None) -> tuple[Tensor, Tensor]:
     """Head outputs of the full graphs and of every removal, for a chunk of graphs.
 
-    The structure is built once; the members run `member_entries // (entries per member)`
-    at a time. x (b, N, C), A (b, N, N), mask (b, N) -> full (S, b, O), loo (S, b, N, O).
+    The structure is built once; the members run `member_budget(device, member_entries) //
+    (entries per member)` at a time (all of them on CUDA, one or two on CPU).
+    x (b, N, C), A (b, N, N), mask (b, N) -> full (S, b, O), loo (S, b, N, O).
     """
     st = loo_structure(model, A, mask)
     S = params["head.bias"].shape[0]
     width = max(max(v.shape[1] for k, v in params.items() if k.endswith("weight")), x.shape[-1])
-    per = max(1, member_entries // max(1, st.rows * (st.K + 2) * width))
+    budget = member_budget(x.device, member_entries)
+    per = max(1, budget // max(1, st.rows * (st.K + 2) * width))
     if per >= S:
         return loo_numeric(st, model, params, x)
     outs = [loo_numeric(st, model, {k: v[s:s + per] for k, v in params.items()}, x)
@@ -387,13 +413,13 @@ def _chunk(model: GraphNet, x: Tensor, A: Tensor, mask: Tensor, params: dict[str
 @torch.no_grad()
 def loo_outputs_members(model: GraphNet, params: dict[str, Tensor], batch: DenseBatch,
                         chunk_nodes: int = 2048,
-                        member_entries: int = MEMBER_ENTRIES) -> tuple[Tensor, Tensor]:
+                        member_entries: int | None = None) -> tuple[Tensor, Tensor]:
     """`loo_outputs` for S parameter sets of `model`'s architecture at once.
 
     params: name -> (S, ...) as `torch.func.stack_module_state` gives them (a
     `MemberStack`'s `params`); `model` gives the layout only. The index structures are built
-    once per chunk of graphs for all members. Shapes: batch (B, N, ...) -> full (S, B, O),
-    loo (S, B, N, O).
+    once per chunk of graphs for all members; `member_entries` overrides `member_budget`.
+    Shapes: batch (B, N, ...) -> full (S, B, O), loo (S, B, N, O).
     """
     B, N, _ = batch.x.shape
     S, O = params["head.bias"].shape

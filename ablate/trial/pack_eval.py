@@ -18,9 +18,10 @@ evaluations of those splits returned, again with one transfer.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -67,27 +68,57 @@ class PackResult:
     records: list[dict]
     attention: list[LayerAttention | None]
 
+    def __len__(self) -> int:  # a sequence of the records, as `evaluate_members` returned before
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.records)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.records[i]
+
 
 def attention_auc_pack(alpha: Tensor, pos: Tensor, valid: Tensor) -> Tensor:
     """`ablate.trial.metrics.attention_auc` of every row: (S, T) -> (S,) float64.
 
     Mann-Whitney: every valid positive counts the valid negatives scored below it plus half
-    those tied with it (negatives sorted per row, invalid ones as +inf, `searchsorted`
-    left and right); NaN for a row whose valid nodes are all of one class.
+    those tied with it; NaN for a row whose valid nodes are all of one class. One sort per
+    row (invalid nodes last, as +inf), then per tie group of equal scores the negatives
+    before it and up to its end (running counts read at the group's first and last place).
     """
-    a = alpha.double().contiguous()
+    S, T = alpha.shape
     neg = valid & ~pos
     p = valid & pos
-    n_neg = neg.sum(-1, keepdim=True)  # (S, 1)
-    n_pos = p.sum(-1)
-    ref = torch.where(neg, a, torch.full_like(a, math.inf)).sort(-1).values
-    below = torch.minimum(torch.searchsorted(ref, a, side="left"), n_neg)  # (S, T)
-    upto = torch.minimum(torch.searchsorted(ref, a, side="right"), n_neg)
-    u = torch.where(p, (below + upto).double() * 0.5, torch.zeros_like(a)).sum(-1)
-    n_neg = n_neg.squeeze(-1)
-    both = (n_pos > 0) & (n_neg > 0)
-    return torch.where(both, u / (n_pos * n_neg).clamp(min=1).double(),
+    key = torch.where(valid, alpha, torch.full_like(alpha, math.inf))
+    v, order = key.sort(-1)
+    p_s, neg_s = p.gather(-1, order), neg.gather(-1, order)
+    upto = neg_s.cumsum(-1)  # (S, T) negatives at or before each place
+    at = torch.arange(T, device=alpha.device).expand(S, T)
+    first = torch.ones_like(p_s)  # a tie group starts here
+    first[:, 1:] = v[:, 1:] != v[:, :-1]
+    last = torch.ones_like(p_s)  # a tie group ends here
+    last[:, :-1] = first[:, 1:]
+    start = torch.where(first, at, torch.zeros_like(at)).cummax(-1).values
+    end = torch.where(last, at, torch.full_like(at, T - 1)).flip(-1).cummin(-1).values.flip(-1)
+    below = (upto - neg_s.long()).gather(-1, start)  # negatives scored lower than the group
+    tied_or_below = upto.gather(-1, end)
+    u = torch.where(p_s, (below + tied_or_below).double() * 0.5,
+                    torch.zeros(S, T, dtype=torch.float64, device=alpha.device)).sum(-1)
+    n_pos, n_neg = p.sum(-1), neg.sum(-1)
+    return torch.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg).clamp(min=1).double(),
                        torch.full_like(u, math.nan))
+
+
+def to_device(values: Sequence[float], device: torch.device, dtype: torch.dtype | None = None
+              ) -> Tensor:
+    """`values` as a tensor on `device`, copied without waiting for the device (a blocking
+    host-to-device copy synchronises the stream); made once per process, device and dtype."""
+    return _to_device(tuple(values), torch.device(device), dtype)
+
+
+@functools.cache
+def _to_device(values: tuple, device: torch.device, dtype: torch.dtype | None) -> Tensor:
+    return torch.tensor(values, dtype=dtype, device="cpu").to(device, non_blocking=True)
 
 
 class _Columns:
@@ -140,14 +171,10 @@ def summarize_pack(outputs: Iterable[tuple[DenseBatch, Tensor, Sequence[PackPool
     acc: Tensor | None = None
     buffers: list[list[tuple[Tensor, Tensor, Tensor]]] = [[] for _ in range(n_layers)]
     n = 0
-    const: dict[str, Tensor] = {}  # made once per evaluation (a host-to-device copy each)
     for b, out, pools in outputs:
         S, B = out.shape[0], out.shape[1]
         n += B
         dev = out.device
-        if not const:
-            const["bins"] = torch.tensor(SIZE_BINS, device=dev)
-            const["mass"] = torch.tensor(MASS_THRESHOLDS, dtype=out.dtype, device=dev)
         y = b.y.to(dev)
         if regression:
             loss = F.mse_loss(out, y.to(out.dtype).expand(S, B), reduction="none").mean(-1)
@@ -167,13 +194,13 @@ def summarize_pack(outputs: Iterable[tuple[DenseBatch, Tensor, Sequence[PackPool
             layers = []
         if full:
             size = b.n_nodes.to(dev).unsqueeze(-1)  # (B, 1)
-            bins = const["bins"]
+            bins = to_device(SIZE_BINS, dev)
             in_bin = (size >= bins[:-1]) & (size < bins[1:])  # (B, bins)
             parts.append((correct.unsqueeze(-1) & in_bin).sum(1).double())
             parts.append(in_bin.sum(0).double().expand(S, -1))
             if layers:
                 a, g, m = layers[0]
-                parts.append(_focus_and_mass(a, g, m, const["mass"].to(a.dtype)))
+                parts.append(_focus_and_mass(a, g, m, to_device(MASS_THRESHOLDS, dev, a.dtype)))
             for _, _, mb, ma in pools:
                 ratio = ma.sum(-1).double() / mb.sum(-1).clamp(min=1).double()  # (S, B)
                 parts.append(ratio.sum(-1, keepdim=True))

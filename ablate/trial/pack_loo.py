@@ -31,47 +31,52 @@ from torch.func import functional_call, vmap
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, eval_batches
-from ablate.trial.local_loo import loo_outputs_members, supports_local_loo
+from ablate.trial.local_loo import loo_outputs_members, member_budget, supports_local_loo
 from ablate.trial.members import MemberStack
 from ablate.trial.weak import _scores, weak_attention
 
-CHUNK_ENTRIES = 16_000_000  # dense path: entries (adjacency + activations) per vmapped chunk
+CHUNK_ENTRIES = 16_000_000  # dense path: entries (copies' adjacency, operators, activations) per chunk
 
 
-def _alive_params(stack: MemberStack, alive: list[int]) -> dict[str, Tensor]:
-    """The stacked parameters of the members `alive`, in that order: name -> (S_alive, ...)."""
+def _alive(stack: MemberStack, alive: list[int]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Stacked parameters and hyperparameters of the members `alive`, in that order (S_alive, ...)."""
     dev = next(iter(stack.params.values())).device
     idx = torch.tensor(alive, dtype=torch.long, device=dev)
-    return {k: v.index_select(0, idx) for k, v in stack.params.items()}
+    return ({k: v.index_select(0, idx) for k, v in stack.params.items()},
+            {k: v.index_select(0, idx) for k, v in stack.hyper.items()})
 
 
 def leave_one_out_members(stack: MemberStack, alive: list[int], batch: DenseBatch,
-                          target: str = "logit", chunk_entries: int = CHUNK_ENTRIES) -> Tensor:
+                          target: str = "logit", chunk_entries: int = CHUNK_ENTRIES,
+                          member_entries: int | None = None) -> Tensor:
     """|y(G - i) - y(G)| for every node of every graph, for each member in `alive`.
 
     Equals `leave_one_out_batch(stack.materialise(i), batch, target=target)` per member
     (float rounding aside). `target`: "logit" (raw output at the predicted class) or "prob".
-    `chunk_entries` bounds the dense path's chunks. Shapes: batch (B, N, ...) ->
-    (len(alive), B, N), zero on padding.
+    `chunk_entries` bounds the dense path's chunks of graphs (adjacency and operator entries
+    of the copies); `member_entries` the activations of the members run together
+    (`ablate.trial.local_loo.member_budget`: all members on CUDA, about one at a time on CPU).
+    Shapes: batch (B, N, ...) -> (len(alive), B, N), zero on padding.
     """
     base = stack.base
     was_training = base.training
     base.eval()
     try:
         with torch.no_grad():
-            params = _alive_params(stack, alive)
+            params, hyper = _alive(stack, alive)
             if supports_local_loo(base):
-                return _local(stack, params, batch, target)
-            return _dense(stack, params, batch, target, chunk_entries)
+                return _local(stack, params, batch, target, member_entries)
+            return _dense(stack, params, hyper, batch, target, chunk_entries, member_entries)
     finally:
         base.train(was_training)
 
 
-def _local(stack: MemberStack, params: dict[str, Tensor], batch: DenseBatch,
-           target: str) -> Tensor:
+def _local(stack: MemberStack, params: dict[str, Tensor], batch: DenseBatch, target: str,
+           member_entries: int | None) -> Tensor:
     """Incremental path (`ablate.trial.local_loo`) for all members. -> (S, B, N)."""
     regression = stack.regression
-    full, loo = loo_outputs_members(stack.base, params, batch)  # (S, B, O), (S, B, N, O)
+    full, loo = loo_outputs_members(stack.base, params, batch,  # (S, B, O), (S, B, N, O)
+                                    member_entries=member_entries)
     if regression:
         full, loo = full.squeeze(-1), loo.squeeze(-1)  # (S, B), (S, B, N)
     y_full, cls = _scores(full, regression, None, target)  # (S, B)
@@ -80,30 +85,40 @@ def _local(stack: MemberStack, params: dict[str, Tensor], batch: DenseBatch,
     return diff * batch.mask.to(diff.dtype)
 
 
-def _dense(stack: MemberStack, params: dict[str, Tensor], batch: DenseBatch, target: str,
-           chunk_entries: int) -> Tensor:
+def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tensor],
+           batch: DenseBatch, target: str, chunk_entries: int,
+           member_entries: int | None) -> Tensor:
     """N masked copies of every graph, the members vmapped. -> (S, B, N)."""
     base, regression = stack.base, stack.regression
     cfg = base.cfg
     B, N, C = batch.x.shape
     S = len(params["head.bias"])
     dev = batch.x.device
+    width = max(C, *cfg.filters, cfg.hidden or 0)  # widest activation per node
 
-    def fwd(p: dict[str, Tensor], x: Tensor, A: Tensor, mask: Tensor) -> Tensor:
-        return functional_call(base, p, (x, Graph(A, mask))).out
+    def run(ms: slice, x: Tensor, graph: Graph) -> Tensor:
+        """Outputs of members `ms` on x with `graph` (shared): (s, rows) or (s, rows, O)."""
+        def fwd(p: dict[str, Tensor], h: dict[str, Tensor], x: Tensor) -> Tensor:
+            return functional_call(base, p, (x, graph), {"hyper": h}).out
 
-    run = vmap(fwd, in_dims=(0, None, None, None))
-    width = max(C, *cfg.filters, cfg.hidden or 0) * cfg.K  # widest activation per node
-    # members whose copies of one graph fit in a chunk, then graphs per chunk: the copies'
-    # adjacency and operators (shared by the members) plus the members' activations
-    per_member = max(1, min(S, chunk_entries // max(1, N * N * width)))
-    per_graph = max(1, chunk_entries // max(1, N ** 3 * (cfg.K + 1) + per_member * N * N * width))
+        return vmap(fwd, in_dims=(0, 0, None))({k: v[ms] for k, v in params.items()},
+                                               {k: v[ms] for k, v in hyper.items()}, x)
+
+    def shared_graph(A: Tensor, mask: Tensor) -> Graph:
+        """The copies' graph with its operator made once, outside vmap, for every member."""
+        graph = Graph(A, mask)
+        if cfg.filters:
+            graph.operator(cfg.K, cfg.aggregation == "sum")
+        return graph
+
+    # graphs per chunk: the copies' adjacency and operators plus one member's activations;
+    # members per chunk: what `member_budget` allows (all on CUDA, about one on CPU)
+    per_graph = max(1, chunk_entries // max(1, N ** 3 * (cfg.K + 1) + N * N * width))
+    budget = member_budget(dev, member_entries)
+    per_member = max(1, min(S, budget // max(1, min(B, per_graph) * N * N * width)))
     member_chunks = [slice(s, min(S, s + per_member)) for s in range(0, S, per_member)]
-
-    def sub(ms: slice) -> dict[str, Tensor]:
-        return {k: v[ms] for k, v in params.items()}
-
-    full_out = torch.cat([run(sub(ms), batch.x, batch.A, batch.mask) for ms in member_chunks])
+    graph = shared_graph(batch.A, batch.mask)
+    full_out = torch.cat([run(ms, batch.x, graph) for ms in member_chunks])
     y_full, cls = _scores(full_out, regression, None, target)  # (S, B)
     diff = torch.zeros(S, B, N, dtype=batch.x.dtype, device=dev)
     eye = torch.eye(N, dtype=torch.bool, device=dev)
@@ -114,8 +129,9 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], batch: DenseBatch, tar
         x = batch.x[sl].unsqueeze(1).expand(b, N, N, C).reshape(b * N, N, C)
         A = batch.A[sl].unsqueeze(1).expand(b, N, N, N).reshape(b * N, N, N)
         x = x * mask.unsqueeze(-1).to(x.dtype)
+        graph = shared_graph(A, mask)
         for ms in member_chunks:
-            out = run(sub(ms), x, A, mask)  # (s, b*N) or (s, b*N, O)
+            out = run(ms, x, graph)  # (s, b*N) or (s, b*N, O)
             y_loo, _ = _scores(out, regression, cls[ms, sl].repeat_interleave(N, dim=1), target)
             diff[ms, sl] = (y_loo.view(-1, b, N) - y_full[ms, sl].unsqueeze(-1)).abs()
     return diff * batch.mask.to(diff.dtype)

@@ -129,6 +129,9 @@ class PackStep:
             for sk, sv in self.opt.state.get(p, {}).items():
                 out.append((f"adam {sk} of {k}", sv))
         out.append(("total", self.total))
+        for k in ("dropout_seed", "step"):
+            if isinstance(getattr(self, k, None), Tensor):
+                out.append((k, getattr(self, k)))
         return tuple((n, t.data_ptr(), tuple(t.shape)) if isinstance(t, Tensor) else (n, t, ())
                      for n, t in out)
 

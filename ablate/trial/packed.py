@@ -121,7 +121,9 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
         pools = tuple((r.alpha, r.gt, r.mask_before, r.graph.mask) for r in o.pools)
         return o.out, pools
 
-    idx = torch.tensor(alive, device=next(iter(stack.params.values())).device)
+    # no blocking host-to-device copy (it would synchronise the stream)
+    idx = torch.tensor(alive, device="cpu").to(next(iter(stack.params.values())).device,
+                                               non_blocking=True)
     base.eval()
     width = max([b.x.shape[-1] for _, b in batches[:1]] + list(cfg.filters) + [cfg.hidden or 0])
     for _, b in batches:
@@ -284,7 +286,6 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     for i, auc in zip(alive, pool_test_auc_pack(pooled, cfg.dataset)):  # one transfer
         for r in records[i]:
             r.update(auc)
-    del pooled
     out: list[Outcome] = []
     for i in range(S):
         for r in records[i]:
