@@ -412,3 +412,14 @@ def test_a_packed_epoch_syncs_with_the_host_a_constant_number_of_times(kw):
     assert counts[0] == counts[1], counts
     # the step's set-up: one forward to find the trainable parameters, Adam checking its LR
     assert counts[0] <= 2, counts
+
+
+def test_a_pack_of_unshareable_members_is_refused_naming_the_axis():
+    a = tiny(supervision="sup")
+    splits = load_graphsets(a.dataset, **a.data_kwargs)
+    members = [batched.Member(a, 0), batched.Member(a.replace(normalizer="sparsemax"), 1)]
+    with pytest.raises(ConfigError, match=r"differ in normalizer \('softmax' vs 'sparsemax'\)"):
+        batched.run_members(members, splits, CPU)
+    gao = resolve(TrialConfig(dataset="colors", data_params=TINY, selection="gao"))
+    with pytest.raises(ConfigError, match="selection=gao cannot train in a pack"):
+        batched.run_members([batched.Member(gao, 0)], splits, CPU)

@@ -13,13 +13,21 @@ equals the full-graph row exactly.
 activations), then for each copy c = (graph b, removed node i) recomputes only the rows of
 S_l(c): pairs (copy, node) found by a breadth-first search and sorted by distance (so S_l
 is a prefix of the pair list for every layer), their (pair, neighbour) edges from the
-adjacency, all as index tensors; each layer's neighbour term is one sparse CSR matmul.
-The GEMM X W_k runs only on the new rows of S_(l-1)(c). Rows at distance l + 1 >= 3 of
-layer l keep their operator row, so they are z_full + sum over neighbours at distance l of
-P[j, m] (Y_new[m] - Y_full[m]). The readout (sum or mean) and the linear head are applied
-as full sum - h_i - old rows of S_L + new rows, projected on the head first.
+adjacency, all as index tensors; each layer's neighbour term is one sparse CSR matmul on
+its input rows (propagate first, then the layer's Linear on the terms [T_0 X, T_1 X]).
+Rows at distance l + 1 >= 3 of layer l keep their operator row, so they are
+z_full + (sum over neighbours m at distance l of P[j, m] (X_new[m] - X_full[m])) W_(K-1).
+The readout (sum or mean) and the linear head are applied as full sum - h_i - old rows of
+S_L + new rows, projected on the head first.
 Graphs are processed in chunks to bound memory; no Python loop per node or graph.
 Results equal the dense path (`ablate.trial.weak.leave_one_out_dense`) up to float rounding.
+
+Structure and numerics are separate: `loo_structure` builds the index structures of a chunk
+(they depend on the graphs and the model's depth, K and aggregation, never on the weights;
+all the host syncs are here) and `loo_numeric` runs any number S of parameter sets on them,
+activations laid out (rows, S, F) so that one sparse matmul serves every member and the
+Linear layers are batched GEMMs. `loo_outputs_members` does this for a pack's stacked
+parameters (`ablate.trial.pack_loo`); `loo_outputs` is the case S = 1.
 The adjacency must be symmetric (as everywhere in the package).
 """
 

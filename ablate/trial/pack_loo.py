@@ -15,6 +15,11 @@ per node, computed for the members together:
   over the members' parameters; the graph operators of the copies are shared by the members
   (they depend on the graph only). Chunks are sized for the members as well as the copies.
 
+How many members run side by side is a memory budget (`local_loo.member_budget`): on CUDA
+all of them (one kernel per step for the pack); on CPU about a cache's worth, usually one
+member at a time, since members side by side spill the cache and cost more than they save.
+The structures, the copies and the copies' graph operators are still shared there.
+
 `leave_one_out_attention_members` mirrors `weak.leave_one_out_attention` for every member
 (weak supervision of a pack: model B of every member). Every tensor is created on the
 batch's device; results stay there until the one transfer of the attention helper.
@@ -101,6 +106,10 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tenso
         def fwd(p: dict[str, Tensor], h: dict[str, Tensor], x: Tensor) -> Tensor:
             return functional_call(base, p, (x, graph), {"hyper": h}).out
 
+        if ms.stop - ms.start == 1:  # one member (CPU): the plain forward, fused GEMMs
+            j = ms.start
+            return fwd({k: v[j] for k, v in params.items()}, {k: v[j] for k, v in hyper.items()},
+                       x).unsqueeze(0)
         return vmap(fwd, in_dims=(0, 0, None))({k: v[ms] for k, v in params.items()},
                                                {k: v[ms] for k, v in hyper.items()}, x)
 

@@ -63,6 +63,7 @@ from torch.func import functional_call, vmap
 
 from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
+from ablate.errors import ConfigError
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
 from ablate.trial.fit import lr_at
@@ -102,6 +103,22 @@ def pack_key(cfg: TrialConfig) -> str | None:
     for k in (*PACKABLE, "study"):
         a.pop(k, None)
     return stable_hash(a)
+
+
+def check_pack(cfgs: list[TrialConfig]) -> None:
+    """Refuse, in one line naming the first differing axis, configurations that cannot share
+    a pack (an axis outside `PACKABLE` differs, or one cannot pack at all)."""
+    for c in cfgs:
+        if not eligible(c):
+            raise ConfigError(f"selection={c.selection} cannot train in a pack (data-dependent "
+                              "shapes); run it seed by seed")
+    first = axes(cfgs[0])
+    for c in cfgs[1:]:
+        other = axes(c)
+        for k in first:
+            if k not in (*PACKABLE, "study", "step", "device") and first[k] != other[k]:
+                raise ConfigError(f"members of a pack must share every shape; they differ in "
+                                  f"{k} ({first[k]!r} vs {other[k]!r})")
 
 
 def replays(cfg: TrialConfig, device: torch.device) -> bool:
@@ -174,6 +191,7 @@ def run_members(members: list[Member], splits: dict[str, GraphSet],
     training loss became non-finite, the error. On CUDA a pack that runs out of memory is
     split in halves, each run in turn.
     """
+    check_pack(list({id(m.cfg): m.cfg for m in members}.values()))
     try:
         return _run_members(members, splits, device)
     except torch.cuda.OutOfMemoryError:
