@@ -38,7 +38,7 @@ from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, eval_batches
 from ablate.trial.local_loo import loo_outputs_members, member_budget, supports_local_loo
 from ablate.trial.members import MemberStack
-from ablate.trial.weak import _scores, weak_attention
+from ablate.trial.weak import output_scores, weak_attention
 
 CHUNK_ENTRIES = 16_000_000  # dense path: entries (copies' adjacency, operators, activations) per chunk
 
@@ -84,8 +84,8 @@ def _local(stack: MemberStack, params: dict[str, Tensor], batch: DenseBatch, tar
                                     member_entries=member_entries)
     if regression:
         full, loo = full.squeeze(-1), loo.squeeze(-1)  # (S, B), (S, B, N)
-    y_full, cls = _scores(full, regression, None, target)  # (S, B)
-    y_loo, _ = _scores(loo, regression, cls.unsqueeze(-1).expand(loo.shape[:3]), target)
+    y_full, cls = output_scores(full, regression, None, target)  # (S, B)
+    y_loo, _ = output_scores(loo, regression, cls.unsqueeze(-1).expand(loo.shape[:3]), target)
     diff = (y_loo - y_full.unsqueeze(-1)).abs()
     return diff * batch.mask.to(diff.dtype)
 
@@ -128,7 +128,7 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tenso
     member_chunks = [slice(s, min(S, s + per_member)) for s in range(0, S, per_member)]
     graph = shared_graph(batch.A, batch.mask)
     full_out = torch.cat([run(ms, batch.x, graph) for ms in member_chunks])
-    y_full, cls = _scores(full_out, regression, None, target)  # (S, B)
+    y_full, cls = output_scores(full_out, regression, None, target)  # (S, B)
     diff = torch.zeros(S, B, N, dtype=batch.x.dtype, device=dev)
     eye = torch.eye(N, dtype=torch.bool, device=dev)
     for s in range(0, B, per_graph):
@@ -141,7 +141,7 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tenso
         graph = shared_graph(A, mask)
         for ms in member_chunks:
             out = run(ms, x, graph)  # (s, b*N) or (s, b*N, O)
-            y_loo, _ = _scores(out, regression, cls[ms, sl].repeat_interleave(N, dim=1), target)
+            y_loo, _ = output_scores(out, regression, cls[ms, sl].repeat_interleave(N, dim=1), target)
             diff[ms, sl] = (y_loo.view(-1, b, N) - y_full[ms, sl].unsqueeze(-1)).abs()
     return diff * batch.mask.to(diff.dtype)
 

@@ -33,7 +33,7 @@ from ablate.trial.setup import seeded_model
 MODEL_B_SEED = 7919  # model B of seed s trains from seed s + MODEL_B_SEED
 
 
-def _scores(out: Tensor, regression: bool, cls: Tensor | None,
+def output_scores(out: Tensor, regression: bool, cls: Tensor | None,
             target: str = "logit") -> tuple[Tensor, Tensor]:
     """Model output on the predicted class: (value, predicted class) per graph.
 
@@ -67,8 +67,8 @@ def leave_one_out_local(model, batch: DenseBatch, target: str = "logit") -> Tens
     out, loo = loo_outputs(model, batch)  # (B, O), (B, N, O)
     if regression:
         out, loo = out.squeeze(-1), loo.squeeze(-1)
-    full, cls = _scores(out, regression, None, target)  # (B,)
-    y_loo, _ = _scores(loo.reshape(B * N, *loo.shape[2:]), regression, cls.repeat_interleave(N),
+    full, cls = output_scores(out, regression, None, target)  # (B,)
+    y_loo, _ = output_scores(loo.reshape(B * N, *loo.shape[2:]), regression, cls.repeat_interleave(N),
                        target)
     diff = (y_loo.view(B, N) - full.unsqueeze(1)).abs()
     return diff * batch.mask.to(diff.dtype)
@@ -83,7 +83,7 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
     B, N, C = batch.x.shape
     regression = getattr(model, "regression", True)
     graph = Graph(batch.A, batch.mask)
-    full, cls = _scores(model(batch.x, graph).out, regression, None, target)  # (B,)
+    full, cls = output_scores(model(batch.x, graph).out, regression, None, target)  # (B,)
     diff = torch.zeros(B, N, dtype=batch.x.dtype, device=batch.x.device)
     eye = torch.eye(N, dtype=torch.bool, device=batch.x.device)
     per_graph = max(1, chunk_entries // max(1, N ** 3))  # graphs whose N copies fit in a chunk
@@ -95,7 +95,7 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
         A = batch.A[sl].unsqueeze(1).expand(b, N, N, N).reshape(b * N, N, N)
         x = x * mask.unsqueeze(-1).to(x.dtype)
         out = model(x, Graph(A, mask)).out
-        y_loo, _ = _scores(out, regression, cls[sl].repeat_interleave(N), target)
+        y_loo, _ = output_scores(out, regression, cls[sl].repeat_interleave(N), target)
         diff[sl] = (y_loo.view(b, N) - full[sl].unsqueeze(1)).abs()
     return diff * batch.mask.to(diff.dtype)
 
