@@ -10,6 +10,12 @@ replay on CUDA, graph capture):
   layers, batch 32, graphs padded to 25 nodes) and of the COLORS ChebyGIN supervised
   pack, for each pack size S, with `step=eager` and `step=replay`; seconds per
   seed-epoch = ms per step x steps per epoch / S; replay's speed-up over eager.
+- kernels and host launch calls per step (torch profiler, CUDA only), peak GPU memory, and
+  one validation of every member (`evaluate_members(..., fields="curve")` on the val
+  split): seconds per seed-epoch with validation at the recipe's rate and its share.
+- `--vs-sequential DATASET[:key=value,...] [--epochs E]`: 10 seeds as one pack vs the same
+  seeds one by one, seconds per seed, in one run (e.g. `digits_sp:supervision=sup`, the
+  MNIST-75SP recipe with dropout 0.5 on the offline digits stand-in).
 - `--recipes`: the full 10-seed TRIANGLES and COLORS sup recipes as one pack
   (`run_trial_full`, validation curves and evaluation included), seconds per seed.
 - `--studies`: wall time of `python -m ablate.run study=NAME` through the runner
@@ -134,6 +140,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--recipes", action="store_true", help="the 10-seed full recipes")
     ap.add_argument("--no-steps", action="store_true", help="skip the step table")
+    ap.add_argument("--vs-sequential", default="", help="dataset[:key=value,...]: 10 seeds as one "
+                    "pack vs seed by seed, seconds per seed, in one run")
+    ap.add_argument("--epochs", type=int, default=None, help="epochs for --vs-sequential")
     ap.add_argument("--studies", default="", help="comma list of studies to time via the runner")
     ap.add_argument("--study-args", default="", help="extra key=value overrides for --studies "
                                                      "(space-separated)")
@@ -182,6 +191,24 @@ def main() -> None:
             accs += f"; train_s/seed {statistics.mean(r['train_s'] for r in res.records):.1f}"
             print(f"{ds:10s} 10 seeds: {wall:8.1f} s ({wall / 10:.1f} s per seed); {accs}",
                   flush=True)
+
+    if args.vs_sequential:
+        ds, _, extra = args.vs_sequential.partition(":")
+        kw = dict(kv.split("=", 1) for kv in filter(None, extra.split(",")))
+        cfg = TrialConfig(dataset=ds, seeds=tuple(range(10)), device=device.type,
+                          epochs=args.epochs, **kw)
+        r = resolve(cfg)
+        print(f"\n{ds} {kw or ''} ({r.backbone}, {r.supervision}, dropout {r.dropout}, "
+              f"{r.epochs} epochs), 10 seeds")
+        t0 = time.perf_counter()
+        run_trial_full(cfg)
+        pack = (time.perf_counter() - t0) / 10
+        t0 = time.perf_counter()
+        for s in range(10):
+            run_trial_full(cfg.replace(seeds=(s,)))
+        seq = (time.perf_counter() - t0) / 10
+        print(f"  one pack: {pack:.2f} s per seed; seed by seed: {seq:.2f} s per seed; "
+              f"packed {seq / pack:.2f}x faster per seed", flush=True)
 
     for study in filter(None, args.studies.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
