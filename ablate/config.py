@@ -37,6 +37,12 @@ ADDED_AXES = {"scorer_relu": False}
 # How dropout masks are drawn, hashed into the id of dropout > 0 trials only: trials stored
 # before it drew them from torch's RNG (other numbers), so their ids no longer match
 DROPOUT_RNG = "counter-v1"  # ablate.models.dropout: a hash of (seed, step, layer, element)
+# Scorers whose first layer the reference draws from N(0, 1) * scale (its default scale is 1,
+# so always unless told otherwise); the gnn scorer keeps the framework init. fc_hidden was
+# added here later: before, it resolved to the framework init. Its trials with init_dist
+# unset now resolve to "normal", a different resolved config and so a different trial id;
+# stored fc_hidden trials keep their ids and meaning (init_dist "default" is hashed in them).
+INIT_REFERENCE = {"fc": "normal", "fc_hidden": "normal", "gnn": "default"}
 TU_DATASETS = ("proteins", "dd", "collab")
 WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (ablate/trial/weak.py)
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
@@ -59,7 +65,8 @@ class TrialConfig:
     pool_layers: tuple[int, ...] | None = None  # attention pooling before these layers; () = global
     scorer: str | None = None  # fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)
     scorer_input: str | None = None  # prev (previous layer's input) or curr (current features)
-    scorer_relu: bool = False  # gnn scorer: ReLU on its scores (the reference's attention GNN has it)
+    scorer_relu: bool = False  # gnn scorer: ReLU on its scores (an ablation: the reference's
+    #                            attention GNN has none on its last layer, as False)
     selection: str = "threshold"  # threshold (alpha > t), topk (keep ratio r), gao (Gao & Ji top-k)
     threshold: float | None = None  # alpha-tilde of Eq. 3: keep nodes with alpha > threshold
     ratio: float = 0.5  # fraction of nodes kept by top-k selections
@@ -69,8 +76,9 @@ class TrialConfig:
     weak_target: str = "logit"  # weak supervision's y(G): raw output at the predicted class
     #                              (reference) or its softmax probability (prob)
     init_dist: str | None = None  # init of p: normal, uniform, default (framework); None = reference
-    #                              (N(0,1) for a plain projection p, framework default otherwise)
-    init_scale: float = 1.0  # scale of the normal / uniform initialisation of p
+    #                              (N(0,1) * init_scale for fc's p and fc_hidden's first layer,
+    #                              framework default for the gnn scorer); see INIT_REFERENCE
+    init_scale: float = 1.0  # scale of the normal / uniform initialisation of p (reference: 1)
     epochs: int | None = None  # training epochs
     lr_decay_epochs: tuple[int, ...] | None = None  # multiply LR by 0.1 at these epochs
     lr: float = 1e-3  # Adam learning rate, betas (0.5, 0.999)
@@ -173,7 +181,7 @@ def resolve(cfg: TrialConfig) -> TrialConfig:
         dropout=cfg.dropout if cfg.dropout is not None else r["dropout"],
         pool_layers=tuple(pool_layers),
         scorer=scorer,
-        init_dist=cfg.init_dist or ("normal" if scorer == "fc" else "default"),
+        init_dist=cfg.init_dist or INIT_REFERENCE[scorer],
         scorer_input=cfg.scorer_input or r["scorer_input"],
         threshold=cfg.threshold if cfg.threshold is not None
         else r["thresholds"][cfg.supervision],

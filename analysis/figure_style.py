@@ -5,10 +5,16 @@ Seaborn's whitegrid style in the paper context on the Agg backend; PNG at `DPI` 
 distinctly (`PercentTicks`, `percent_axis`); integer epoch ticks (`epoch_axis`); panel
 grids, palettes of at most `MAX_HUE` groups, a legend to the right of the panels,
 median lines with interquartile bands; and `Figure`, what every figure function returns.
+
+The rules every statistic drawn on a figure follows, the same as the tables': a correlation
+is shown only with `stats.MIN_CORRELATION_POINTS` runs from `stats.MIN_PAIRED_SEEDS` seeds
+(`correlation`, `correlation_text`), always with n and its 95% interval; `split_styles`
+words the caption from the line styles and markers actually drawn.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -27,7 +33,8 @@ from matplotlib.axis import Axis  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import Formatter, MaxNLocator  # noqa: E402
 
-from analysis.formatting import TEST_SPLITS  # noqa: E402
+from analysis import stats  # noqa: E402
+from analysis.formatting import TEST_SPLITS, column_name  # noqa: E402
 
 DPI = 110
 MAX_HUE = 10  # more groups than this: the most frequent ones are drawn
@@ -167,3 +174,57 @@ def subset(ok: pd.DataFrame, cols: list[str], splits: Iterable[str]) -> pd.DataF
 def as_lists(df: pd.DataFrame, cols: list[str]) -> list[list]:
     """Columns as Python lists (iterating Arrow-backed pandas strings is slow)."""
     return [df[c].tolist() for c in cols]
+
+
+LEVEL = 0.95  # every interval drawn on a figure
+
+
+def correlation_support(n: int, n_seeds: int) -> str:
+    """Why n runs from n_seeds seeds are too few for a correlation (the findings' and tables'
+    thresholds: MIN_CORRELATION_POINTS runs from MIN_PAIRED_SEEDS seeds), or "" if enough."""
+    if n < stats.MIN_CORRELATION_POINTS or n_seeds < stats.MIN_PAIRED_SEEDS:
+        return (f"{n} runs from {n_seeds} seeds; r needs ≥ {stats.MIN_CORRELATION_POINTS} "
+                f"runs from ≥ {stats.MIN_PAIRED_SEEDS} seeds")
+    return ""
+
+
+def correlation(x: object, y: object, n_seeds: int) -> dict:
+    """Pearson r of the finite pairs with its two-sided p, 95% CI (Fisher z, scipy's
+    `pearsonr(...).confidence_interval`), n and seeds, and `reason` ("" when r may be shown:
+    enough runs and seeds, and r defined)."""
+    r, p, n = stats.pearson(x, y)
+    lo = hi = math.nan
+    reason = correlation_support(n, n_seeds)
+    if not reason and not np.isfinite(r):
+        reason = "r undefined (a constant variable)"
+    if np.isfinite(r) and n > 3:
+        from scipy import stats as sps
+
+        xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        keep = np.isfinite(xa) & np.isfinite(ya)
+        ci = sps.pearsonr(xa[keep], ya[keep]).confidence_interval(LEVEL)
+        lo, hi = float(ci.low), float(ci.high)
+    return {"pearson_r": r, "pearson_p": p, "pearson_lo": lo, "pearson_hi": hi, "n": n,
+            "n_seeds": int(n_seeds), "r_shown": not reason, "r_reason": reason}
+
+
+def correlation_text(c: dict) -> str:
+    """'r = 0.41 (95% CI 0.12 to 0.64), n = 40 runs, 10 seeds', or why no r is shown."""
+    if c["r_shown"]:
+        return (f"r = {c['pearson_r']:.2f} ({100 * LEVEL:.0f}% CI {c['pearson_lo']:.2f} to "
+                f"{c['pearson_hi']:.2f}), n = {c['n']} runs, {c['n_seeds']} seeds")
+    return f"no r: {c['r_reason']}"
+
+
+def split_styles(drawn: dict[str, bool], styles: dict[str, tuple[str, str]]) -> str:
+    """Caption words for the test splits drawn: `drawn[split]` is True when some line of it
+    joins two or more points, False when it is markers only; `styles` the (ls, marker)."""
+    ls_name = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dotted"}
+    mk_name = {"o": "circles", "s": "squares", "^": "triangles", "D": "diamonds"}
+    parts = []
+    for sp in [s for s in styles if s in drawn]:
+        ls, mk = styles[sp]
+        what = f"{ls_name.get(ls, ls)} lines with {mk_name.get(mk, mk)}" if drawn[sp] \
+            else f"{mk_name.get(mk, mk)} only (one point per run group)"
+        parts.append(f"{column_name(sp)}: {what}")
+    return "; ".join(parts)

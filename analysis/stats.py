@@ -1,7 +1,10 @@
-"""Statistics of the report: mean +- std, bootstrap CIs, a paired test, Holm, exponential fit.
+"""Statistics of the report: mean +- std, CIs of a mean, a paired test, Holm, exponential fit.
 
 - `mean_std`: sample mean and standard deviation (ddof = 1, as "mean +- std over runs").
-- `bootstrap_ci`: percentile bootstrap CI of the mean (fixed seed: reports are reproducible).
+- `mean_ci` (alias `bootstrap_ci`, its historical name): Student-t CI of the mean. It holds
+  its level at the 5-10 seeds a study has, on normal and on skewed, bounded accuracy-like
+  data (tests/test_analysis_stats.py simulates it); the percentile bootstrap it replaces
+  covered the mean only 84% / 89% of the time at n = 5 / 10 for a nominal 95%.
 - `sign_flip`: the one paired test of the report, an exact paired permutation (sign-flip)
   test of the mean difference, and the CI that inverts it: 0 lies outside the CI exactly
   when p < alpha, so the interval and the p-value can never disagree.
@@ -19,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-N_BOOT = 10_000  # bootstrap resamples (and random sign patterns of a large sign-flip test)
-MAX_DRAWS = 500_000  # cap on resamples x sample size per estimate (B shrinks, >= MIN_BOOT)
-MIN_BOOT = 1_000  # fewest resamples: the endpoints' Monte Carlo error stays < 0.1 SE
-SEED = 0  # every bootstrap starts from this seed
+N_BOOT = 10_000  # random sign patterns of a sign-flip test beyond MAX_EXACT pairs
+MAX_DRAWS = 500_000  # cap on patterns x sample size per test (B shrinks, >= MIN_BOOT)
+MIN_BOOT = 1_000  # fewest random sign patterns
+SEED = 0  # every random sign-flip test starts from this seed
 MIN_PAIRED_SEEDS = 5  # fewer shared seeds: no p-value, CI, marker or finding for a comparison
 MAX_EXACT = 16  # sign-flip test enumerates all 2^n sign patterns up to this many pairs
 MIN_CORRELATION_POINTS = 10  # fewest runs for a correlation or fit to be stated as a finding
@@ -45,29 +48,37 @@ def mean_std(x: object) -> tuple[float, float]:
 
 
 def n_resamples(n: int, n_boot: int = N_BOOT) -> int:
-    """Resamples for a sample of size n: `n_boot`, or fewer (at least MIN_BOOT) when
-    n * n_boot > MAX_DRAWS. For such n the CI is narrow and B = 1,000 already puts
-    the percentile endpoints within ~0.1 standard errors of their B -> inf limit."""
+    """Random draws for a sample of size n: `n_boot`, or fewer (at least MIN_BOOT) when
+    n * n_boot > MAX_DRAWS (the cap `sign_flip` puts on its random sign patterns)."""
     return int(max(min(n_boot, MIN_BOOT), min(n_boot, MAX_DRAWS // max(n, 1))))
 
 
-def _boot_means(a: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, a.size, size=(n_resamples(a.size, n_boot), a.size), dtype=np.int32)
-    return a[idx].mean(axis=1)
+def mean_ci(x: object, level: float = 0.95) -> tuple[float, float]:
+    """Student-t CI of the mean of the finite values: mean -+ t_{n-1, (1+level)/2} s / sqrt(n).
+
+    (NaN, NaN) with fewer than two values (one value has no spread to build an interval
+    from); a sample of equal values gives the point (its value, its value)."""
+    a = _clean(x)
+    if a.size < 2:
+        return math.nan, math.nan
+    m = float(a.mean())
+    if np.all(a == a[0]):
+        return m, m
+    from scipy import stats as sps
+
+    half = float(sps.t.ppf(0.5 + level / 2, a.size - 1)) * float(a.std(ddof=1)) \
+        / math.sqrt(a.size)
+    return m - half, m + half
 
 
 def bootstrap_ci(x: object, level: float = 0.95, n_boot: int = N_BOOT,
                  seed: int = SEED) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean: resample with replacement, take the quantiles."""
-    a = _clean(x)
-    if a.size == 0:
-        return math.nan, math.nan
-    if a.size == 1 or np.all(a == a[0]):
-        return float(a[0]), float(a[0])
-    means = _boot_means(a, n_boot, seed)
-    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(lo), float(hi)
+    """The report's CI of a mean, under its historical name: now `mean_ci`, a Student-t
+    interval (no resampling; `n_boot` and `seed` are accepted for callers and ignored).
+    The percentile bootstrap it used to be is too narrow at small n (84% coverage at n = 5
+    for a nominal 95%)."""
+    del n_boot, seed
+    return mean_ci(x, level)
 
 
 def _flip_set_means(d: np.ndarray, n_perm: int, seed: int) -> tuple[np.ndarray, int, int]:

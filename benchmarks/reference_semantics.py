@@ -6,7 +6,7 @@
 A dense model with the semantics of the reference (bknyaz/graph_attention_pool,
 `chebygin.py` / `train_test.py`, read for facts, not copied): every layer rebuilds
 its operator from the batch's adjacency (degrees = column sums of A, plus I for
-K = 1; D^-1/2 with eps 1e-7; the Chebyshev operator negated for K > 1), stacks the
+K = 1; D^-1/2 with eps 1e-5; the Chebyshev operator negated for K > 1), stacks the
 terms as [k, f] before one Linear (+ hidden MLP) and ReLU, scales orders >= 1 (or
 the K = 1 term) by the degree for SUM aggregation, pads each batch to its own
 largest graph and masks after every layer; sum readout; Linear head. Training:
@@ -55,7 +55,7 @@ class RefLayer(nn.Module):
         if self.K == 1:
             A = A + torch.eye(N).unsqueeze(0)
         D = A.sum(1)
-        Dh = (D + 1e-7) ** -0.5
+        Dh = (D + 1e-5) ** -0.5
         L = Dh.view(B, N, 1) * A * Dh.view(B, 1, N)
         if self.K == 1:
             y = torch.bmm(L, x).unsqueeze(2)
@@ -109,8 +109,8 @@ class RefNet(nn.Module):
 
 class RefAttnNet(RefNet):
     """RefNet with the reference's attention pooling before layer `pool_layer` (>= 1): scores
-    p^T x_prev on the previous layer's input (`fc_prev`), alpha = exp(score) over the graph's
-    nodes / (sum + 1e-7), x <- alpha x, keep alpha > threshold (A masked to the kept nodes),
+    p^T x_prev on the previous layer's input (`fc_prev`) clamped to +-60, alpha = exp(score)
+    over the graph's nodes / (sum + 1e-7), x <- alpha x, keep alpha > threshold (A masked to the kept nodes),
     and for supervision KL(alpha_GT || alpha) per node summed over nodes / N, mean over
     graphs, times kl_weight (`attention_pooling.py`)."""
 
@@ -131,7 +131,7 @@ class RefAttnNet(RefNet):
         prev, kl, alpha = x, None, None
         for i, layer in enumerate(self.layers):
             if i == self.pool_layer:
-                e = torch.exp(self.proj(prev).view(B, N)) * mask
+                e = torch.exp(self.proj(prev).view(B, N).clamp(-60, 60)) * mask
                 alpha = e / (e.sum(1, keepdim=True) + 1e-7)
                 if gt is not None and self.training:
                     per_node = (torch.xlogy(gt, gt) - gt * torch.log(alpha + 1e-14)) * mask

@@ -3,7 +3,8 @@
 Each test pins one detail that changed results before: cos(p_init, p_opt) over the
 colour channels, backbone names that mean what they say (and distinct rows in every
 study), dropout before the final layer only, weak-supervision labels from the raw output,
-the LR decay epoch, top-k counting, pooled attention AUC, the fc_hidden scorer's init.
+the LR decay epoch, top-k counting, pooled attention AUC, the fc_hidden scorer's init
+(N(0, 1) * scale, as the reference).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve
+from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve, trial_id
 from ablate.models.network import GraphNet
 from ablate.runner.compose import list_studies
 from ablate.runner.study import build_study
@@ -133,17 +134,50 @@ def test_pooled_auc_pools_every_test_graph_of_a_seed():
     assert all("_attention" not in r for r in recs)
 
 
-def test_fc_hidden_scorer_keeps_the_framework_init():
-    """The reference draws p ~ N(0, 1) only for a plain projection; a scorer with a hidden
-    layer keeps nn.Linear's default (uniform within 1/sqrt(fan_in))."""
+def test_fc_hidden_scorer_draws_its_first_layer_as_the_reference():
+    """The reference (attention_pooling.py; main.py's default scale 1) draws the first weight
+    matrix of the attention scorer from N(0, 1) * scale for a plain projection and for one with
+    a hidden layer (32 units) alike; only the GNN scorer keeps the framework init."""
     cfg = resolve(TrialConfig(dataset="colors", backbone="gin", scorer="fc_hidden"))
-    assert cfg.init_dist == "default"
-    torch.manual_seed(0)
-    net = GraphNet(cfg, 4, 1)
-    w = net.pools["1"].p
-    assert w.shape == (32, 4) and w.abs().max() <= 1 / math.sqrt(4) + 1e-6
+    assert cfg.init_dist == "normal" and cfg.init_scale == 1.0
+    w = []
+    for scale in (1.0, 3.0):
+        torch.manual_seed(0)
+        net = GraphNet(cfg.replace(init_scale=scale), 4, 1)
+        w.append(net.pools["1"].p.detach())
+    assert w[0].shape == (32, 4)
+    assert w[0].abs().max() > 1 / math.sqrt(4)  # outside nn.Linear's default bound
+    torch.testing.assert_close(w[1], 3.0 * w[0])  # the scale multiplies the N(0, 1) draw
+    assert abs(float(w[0].std()) - 1.0) < 0.3 and float(w[0].mean()) == pytest.approx(0, abs=0.4)
     plain = resolve(TrialConfig(dataset="colors", backbone="gin"))
     assert plain.scorer == "fc" and plain.init_dist == "normal"
+    gnn = resolve(TrialConfig(dataset="colors", backbone="gin", scorer="gnn"))
+    assert gnn.init_dist == "default"
+    # the framework init stays one setting away
+    kept = resolve(TrialConfig(dataset="colors", backbone="gin", scorer="fc_hidden",
+                               init_dist="default"))
+    torch.manual_seed(0)
+    w = GraphNet(kept, 4, 1).pools["1"].p
+    assert w.abs().max() <= 1 / math.sqrt(4) + 1e-6
+
+
+def test_fc_hidden_init_change_renames_only_the_trials_it_changes():
+    """Ids computed before fc_hidden followed the reference's init (commit 8a8a43b)."""
+    from ablate.data import dataset_recipe_hash
+
+    def _id(**kw):
+        c = resolve(TrialConfig(**kw))
+        return trial_id(c, dataset_recipe_hash(c.dataset, dict(c.data_params)))
+
+    # fc_hidden with init_dist unset used the framework init: it trains again under a new id,
+    # the same id as an explicit init_dist=normal trial (the same model)
+    assert _id(scorer="fc_hidden") != "aa4480712de1"
+    assert _id(scorer="fc_hidden") == _id(scorer="fc_hidden", init_dist="normal") == "0d1e4c0a3062"
+    # every other trial keeps its id, and the old fc_hidden trial its meaning under init_dist=default
+    assert _id(scorer="fc_hidden", init_dist="default") == "aa4480712de1"
+    assert _id(scorer="fc_hidden", init_dist="uniform", init_scale=0.5) == "d542a3bff8a6"
+    assert _id() == "702c6fc188b1"
+    assert _id(supervision="sup", scorer="gnn") == "a20cbef5f41d"
 
 
 def test_trials_end_to_end_record_pooled_auc():

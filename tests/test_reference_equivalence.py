@@ -3,7 +3,7 @@
 The model (`benchmarks/reference_semantics.py`, which also trains it on COLORS) is
 written from the facts of the reference (bknyaz/graph_attention_pool, `chebygin.py`):
 each layer rebuilds its operator from the batch's adjacency, degrees
-D = column sums of A (plus I for K = 1), D^-1/2 with eps 1e-7, the Chebyshev operator
+D = column sums of A (plus I for K = 1), D^-1/2 with eps 1e-5, the Chebyshev operator
 negated (K > 1), terms stacked as [k, f] before one Linear + ReLU, orders >= 1 (or the
 K = 1 term) times D for SUM aggregation, zero padding to the batch's largest graph and
 the node mask applied after every layer; sum readout; Linear head; and its attention

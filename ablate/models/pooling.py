@@ -64,8 +64,9 @@ def topk_keep(score: Tensor, mask: Tensor, ratio: float | Tensor) -> Tensor:
 
 
 def gnn_scores(h: Tensor, relu: bool) -> Tensor:
-    """The GNN scorer's last-layer output as scores; `relu` clamps them at 0 as the reference's
-    graph layer does (its attention GNN ends in a ReLU), else they are used as they are."""
+    """The GNN scorer's last-layer output as scores, used as they are (`relu=False`, as the
+    reference: its attention GNN drops the ReLU of its last layer), or clamped at 0 (`relu`,
+    the `scorer_relu` ablation)."""
     return torch.relu(h) if relu else h
 
 
@@ -93,9 +94,11 @@ class AttentionPool(nn.Module):
         selection: "threshold" (alpha > threshold) or "topk" (keep ratio of nodes).
         threshold, ratio: selection parameters.
         K, aggregation: layer family settings of a GNN scorer (K capped at 2).
-        init_dist, init_scale: initialisation of the first scorer weights (p).
+        init_dist, init_scale: initialisation of the first scorer weights (p): for "fc" the
+            projection, for "fc_hidden" its first Linear (32, C), as the reference draws
+            both N(0, 1) * scale; "default" keeps the framework init.
         clamp: scores are clamped to +-clamp before normalising.
-        score_relu: a "gnn" scorer's scores go through a ReLU (`gnn_scores`).
+        score_relu: a "gnn" scorer's scores go through a ReLU (`gnn_scores`; not the reference).
 
     Shapes: x (B, N, C_x), x_score (B, N, C), graph (B, N, N) -> PoolResult.
     """

@@ -110,6 +110,12 @@ class Progress:
             self.failed += 1
         self.refresh(force=self.mode == "bar")
 
+    def unstored(self, tid: str) -> None:
+        """The trial's result could not be written: it is no longer running, and stays to do
+        (counted in the summary's 'not run', not as a retry)."""
+        self.running.discard(tid)
+        self.refresh(force=self.mode == "bar")
+
     def retry(self, tid: str) -> None:
         self.running.discard(tid)
         self.retries += 1

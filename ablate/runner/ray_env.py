@@ -7,6 +7,11 @@ and again at the top of `start_ray`, before this process first imports `ray`.
 console (loggers, the raylet's worker-death notices, colorama's exit hook);
 `RayStarter` runs it in a background thread. The checks here reject a study
 whose trials can never run on this machine or cluster, before any trial starts.
+
+An embedded Ray's session folder (`/tmp/ray/session_*`) is marked with the driver's pid
+(`SESSION_MARK`): `end_session` stops what is left of it and removes it after
+`ray.shutdown()`, and `clean_ray_leftovers` does the same, at the next start, for the
+session of a driver that was killed (SIGKILL) before it could.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -115,10 +121,139 @@ def start_ray(address: str | None) -> bool:
         return True
     # a new Ray of this process, sized to the machine (all CPUs, GPUs); "local" never joins a
     # Ray that something else left running on this host (that takes ray_address=auto)
+    clean_ray_leftovers()
     ray.init(address="local", include_dashboard=False, **kwargs)
+    mark_session()
     _quiet_logging()  # ray.init reconfigures its loggers
     _no_colour_reset_at_exit()
     return True
+
+
+SESSION_MARK = "ablate_driver_pid"  # in an embedded Ray's session folder: the driver's pid
+
+
+def _session_dir() -> Path | None:
+    """The session folder of the Ray this process started or joined, if any."""
+    try:
+        from ray._private import worker as ray_worker
+
+        node = ray_worker._global_node
+        return Path(node.get_session_dir_path()) if node is not None else None
+    except (ImportError, AttributeError):
+        return None
+
+
+def mark_session() -> Path | None:
+    """Write this driver's pid into the session folder of the embedded Ray it just started."""
+    session = _session_dir()
+    if session is None:
+        return None
+    try:
+        (session / SESSION_MARK).write_text(str(os.getpid()))
+    except OSError:
+        return None
+    return session
+
+
+def embedded_session() -> Path | None:
+    """The session folder of the embedded Ray this driver started (marked with its pid)."""
+    session = _session_dir()
+    try:
+        if session is not None and (session / SESSION_MARK).read_text() == str(os.getpid()):
+            return session
+    except OSError:
+        pass
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def session_processes(session: Path) -> list[int]:
+    """Processes (other than this one) with a file open under `session` (Linux `/proc`).
+
+    Every process of an embedded Ray keeps its log files there (GCS, raylet, monitors, the
+    dashboard and runtime-env agents, workers), whatever its command line says."""
+    prefix = str(session) + os.sep
+    out = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return out
+    for d in proc.iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(fd).startswith(prefix) for fd in (d / "fd").iterdir()):
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def end_session(session: Path, keep_logs: bool = False, wait_s: float = 5.0) -> int:
+    """Stop every process left of an embedded Ray's session (SIGTERM, then SIGKILL after
+    `wait_s`) and remove its folder, or with `keep_logs` only unmark it (Ray's own way:
+    the folder stays). Returns how many processes had to be stopped."""
+    pids = session_processes(session)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + wait_s
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    if keep_logs:
+        (session / SESSION_MARK).unlink(missing_ok=True)
+        return len(pids)
+    latest = session.parent / "session_latest"
+    with contextlib.suppress(OSError):
+        if latest.is_symlink() and Path(os.readlink(latest)).name == session.name:
+            latest.unlink()
+    shutil.rmtree(session, ignore_errors=True)
+    return len(pids)
+
+
+def ray_temp_dir() -> Path:
+    """Where Ray keeps its session folders on this machine (`/tmp/ray` unless RAY_TMPDIR or
+    TMPDIR says otherwise, as Ray decides)."""
+    base = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR")
+                                            if sys.platform.startswith("linux") else None)
+    return Path(base or "/tmp") / "ray"
+
+
+def clean_ray_leftovers(root: Path | None = None) -> int:
+    """Sessions of embedded runs whose driver died without stopping Ray (SIGKILL): their
+    agents and workers are stopped and their folders removed. Sessions not marked by an
+    ablate driver (`ray start`, other programs) and those of live drivers are left alone."""
+    n = 0
+    root = root or ray_temp_dir()
+    if not root.is_dir():
+        return 0
+    for session in root.glob("session_*"):
+        if session.is_symlink():
+            continue
+        try:
+            pid = int((session / SESSION_MARK).read_text())
+        except (OSError, ValueError):
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        end_session(session)
+        n += 1
+    return n
 
 
 class RayStarter:

@@ -81,6 +81,10 @@ class Store:
         """One line per problem file of the study (trials and curves); empty when all is well."""
         return self._check()[1]
 
+    def check(self) -> tuple[dict[str, str], list[str]]:
+        """`scan`'s statuses of the readable trial files and `verify`'s problem lines, at once."""
+        return self._check()
+
     def _check(self) -> tuple[dict[str, str], list[str]]:
         out: dict[str, str] = {}
         problems: list[str] = []
@@ -109,7 +113,7 @@ class Store:
                 if path.name.startswith("."):
                     continue
                 try:
-                    _read_checked(path, required=CURVE_KEYS)
+                    _read_checked(path, required=CURVE_KEYS, curves=True)
                 except StoreError as e:
                     problems.append(str(e))
         return out, problems
@@ -191,11 +195,13 @@ class Store:
                              "use another results_dir=") from None
         self._lock_fd = fd
 
-    def writable(self) -> bool:
+    def writable(self, keep: bool = True) -> bool:
         """Whether the study folder exists or can be created, and a file can be written there.
 
-        Raises `StoreError` when the folder does not exist and cannot be created.
+        Raises `StoreError` when the folder does not exist and cannot be created. With
+        `keep=False` (dry runs) the folders made for the check are removed again.
         """
+        made = [d for d in (self.dir, *self.dir.parents) if not d.exists()]
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -208,11 +214,36 @@ class Store:
             return True
         except OSError:
             return False
+        finally:
+            if not keep:
+                for d in made:  # deepest first
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        break
+
+    def check_space(self, nbytes: int = 1 << 16) -> None:
+        """Write and fsync `nbytes` in the study folder, then remove them: a disk that is
+        still full (or a quota reached) raises `OSError` here, before Ray starts."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        probe = temp_name(self.dir / "space")
+        try:
+            with open(probe, "wb") as f:
+                f.write(b"\0" * nbytes)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def write_error(e: OSError, where: Path) -> str:
+    """The summary's words for a result write that failed (disk full, read-only, quota)."""
+    return f"{e.strerror or type(e).__name__} writing {where}"
 
 
 def now_iso() -> str:
@@ -233,16 +264,25 @@ def write_parquet(table: pa.Table, path: Path) -> Path:
 _TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
-def _read_checked(path: Path, columns: list[str] | None = None,
-                  required: tuple[str, ...] = REQUIRED) -> pa.Table:
-    """Read an ablate Parquet file, or raise a one-line StoreError for foreign/corrupt files.
+def bad_file_advice(path: Path, curves: bool = False) -> str:
+    """What to do with a result file that cannot be read (`verify`; the report says the same).
 
     A file whose name is not a trial id is foreign (move it out); a damaged file of a trial
-    can be deleted to rerun that trial.
+    can be deleted to rerun that trial (a curves file together with its trial file).
     """
-    mine = bool(_TRIAL_ID.match(path.stem))
-    fix = ("delete it to rerun that trial" if mine
-           else f"not written by ablate: move it out of {path.parent}")
+    if not _TRIAL_ID.match(path.stem):
+        return f"not written by ablate: move it out of {path.parent}"
+    if curves:
+        return (f"delete it and {path.parent.parent / TRIALS / path.name} to rerun that "
+                "trial")
+    return "delete it to rerun that trial"
+
+
+def _read_checked(path: Path, columns: list[str] | None = None,
+                  required: tuple[str, ...] = REQUIRED, curves: bool = False) -> pa.Table:
+    """Read an ablate Parquet file, or raise a one-line StoreError for foreign/corrupt files
+    (`bad_file_advice` says what to do)."""
+    fix = bad_file_advice(path, curves)
     try:
         schema = pq.read_schema(path)
     except Exception as e:

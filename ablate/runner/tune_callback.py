@@ -64,7 +64,7 @@ class StoreCallback(tune.Callback):
             attempt = self._write(tid, rows, m["curves"] if records else [], out["meta"],
                                   pack_id)
             if attempt is None:  # not stored: the trial stays to do, the study stops
-                self.display.retry(tid)
+                self.display.unstored(tid)
                 continue
             if m["status"] == "ok":
                 self.final[tid] = "ok"
@@ -97,7 +97,8 @@ class StoreCallback(tune.Callback):
             if tid in self.final:  # already recorded as finished
                 continue
             attempt = self._write(tid, self.error_rows(tid, "error", error), [], {}, pack_id)
-            if attempt is None:
+            if attempt is None:  # not stored: the trial stays to do, the study stops
+                self.display.unstored(tid)
                 continue
             self._log(tid, attempt, "error", error, {})
             if final:
@@ -120,7 +121,7 @@ class StoreCallback(tune.Callback):
     def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict,
                pack_id: str) -> int | None:
         """Store one attempt's rows; its attempt number, or None if the write failed."""
-        from ablate.runner.store import now_iso
+        from ablate.runner.store import now_iso, write_error
 
         if self.storage_error:
             return None
@@ -134,7 +135,7 @@ class StoreCallback(tune.Callback):
         try:
             self.store.write(tid, rows, curves, extra)
         except OSError as e:  # disk full, read-only, gone: stop the study cleanly
-            self.storage_error = f"{e.strerror or type(e).__name__} writing {self.store.dir}"
+            self.storage_error = write_error(e, self.store.dir)
             return None
         self.attempts[tid] = attempt
         return attempt
@@ -144,8 +145,9 @@ class StoreCallback(tune.Callback):
             self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
                                     "error": error, "node": meta.get("node", "")})
         except OSError as e:
-            self.storage_error = self.storage_error or \
-                f"{e.strerror or type(e).__name__} writing {self.store.dir}"
+            from ablate.runner.store import write_error
+
+            self.storage_error = self.storage_error or write_error(e, self.store.dir)
 
 
 def _tid(trial) -> str:
