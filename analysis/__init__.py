@@ -1,7 +1,7 @@
 """Analysis of an `ablate` result store: paper tables, figures, statistics and a report.
 
 `python -m analysis.report RESULTS_DIR [--study NAME ...] [--out DIR]` reads the
-Parquet store read-only (`analysis.load`), summarises every study with bootstrap
+Parquet store read-only (`analysis.load`), summarises every study with Student-t
 confidence intervals and paired comparisons of rows that differ in one axis
 (`analysis.variants`; exact sign-flip test, Holm-corrected: `analysis.stats`,
 `analysis.cells`; laid out by `analysis.tables`), draws the papers' figures

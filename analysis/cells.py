@@ -1,7 +1,7 @@
 """The numbers behind a study's tables: one line per (table row, dataset, column,
 one-axis comparison).
 
-`cell_stats` gives each line n runs and seeds, mean, std, the 95% bootstrap CI, the
+`cell_stats` gives each line n runs and seeds, mean, std, the 95% Student-t CI, the
 paired comparison with the baseline over shared seeds (exact sign-flip test and the CI
 inverting it, Holm-adjusted over the study; only with at least `stats.MIN_PAIRED_SEEDS`
 shared seeds), and the paper's number. `primary` picks each row's first comparison and
@@ -80,7 +80,7 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
         v = g["value"].to_numpy(dtype=float)
         mean, std = stats.mean_std(v)
         lo, hi = stats.bootstrap_ci(v, n_boot=n_boot) if v.size >= stats.MIN_PAIRED_SEEDS \
-            else (math.nan, math.nan)  # a percentile CI of 2-4 runs is [min, max], not a CI
+            else (math.nan, math.nan)  # no CI of a mean from 2-4 runs
         ref = reference(variant_of[row], dset, col)
         cell = {"row": row, "variant": variant_of[row], "dataset": dset, "column": col,
                 "n": int(v.size), "seeds": int(seeds_of[(row, dset, col)].size), "mean": mean,

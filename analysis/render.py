@@ -106,8 +106,12 @@ def render_html(reports: list[StudyReport], results_dir: Path, elapsed: float) -
 METHOD = [
     "Accuracy and attention AUC are shown in percent, mean ± sample std (ddof = 1) over runs "
     "(one run = one seed of one trial).",
-    f"95% CIs: percentile bootstrap of the mean, {stats.N_BOOT:,} resamples (fewer, at least "
-    f"{stats.MIN_BOOT:,}, when n x B would exceed {stats.MAX_DRAWS:,}), fixed seed {stats.SEED}.",
+    "95% CI of a mean: Student-t, mean ± t(n − 1, 0.975)·s/√n over the n runs, shown from "
+    f"{stats.MIN_PAIRED_SEEDS} runs on. Simulated at 5 and 10 runs it covers the true mean 95% "
+    "of the time on normal data and 92-93% on skewed, bounded accuracy-like data (Beta(8, 2)); "
+    "the percentile bootstrap of earlier versions covered 82-90%. Sign-flip tests beyond 16 "
+    f"pairs draw {stats.N_BOOT:,} random sign patterns (fewer, at least {stats.MIN_BOOT:,}, "
+    f"when n x B would exceed {stats.MAX_DRAWS:,}), fixed seed {stats.SEED}.",
     "Paired comparisons: each row against every row that differs from it in exactly one of the "
     "study's varied axes and holds that axis's reference value (softmax, unsup, threshold "
     "selection, global pooling; else the value most rows share), over the seeds both have; "

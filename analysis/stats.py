@@ -4,7 +4,7 @@
 - `mean_ci` (alias `bootstrap_ci`, its historical name): Student-t CI of the mean. It holds
   its level at the 5-10 seeds a study has, on normal and on skewed, bounded accuracy-like
   data (tests/test_analysis_stats.py simulates it); the percentile bootstrap it replaces
-  covered the mean only 84% / 89% of the time at n = 5 / 10 for a nominal 95%.
+  covered the mean only 84% / 90% of the time at n = 5 / 10 for a nominal 95%.
 - `sign_flip`: the one paired test of the report, an exact paired permutation (sign-flip)
   test of the mean difference, and the CI that inverts it: 0 lies outside the CI exactly
   when p < alpha, so the interval and the p-value can never disagree.

@@ -118,8 +118,8 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
                      x["paper_source"]])
         bold.append([False] * 8)
     notes = ["Paper numbers: Knyazev et al. 2019, workshop table (SPEC §5) or, where it exists, "
-             "the final version (ChebyGIN). Δ in percentage points. 95% CI: percentile "
-             "bootstrap of our mean over its n runs (none below "
+             "the final version (ChebyGIN). Δ in percentage points. 95% CI: Student-t "
+             "interval of our mean over its n runs (none below "
              f"{stats.MIN_PAIRED_SEEDS} runs). The paper's number is a mean over seeds too, "
              "with noise of its own, so a paper number just outside our CI is not yet a "
              "difference: on COLORS LARGE-C a row moves by about ±11 points from seed to "
@@ -150,8 +150,8 @@ def stats_table(cells: pd.DataFrame) -> Table:
                      f"{x['delta']:+.1f} {fmt_ci(x['delta_lo'], x['delta_hi'])}" if has else "–",
                      fmt_p(x["p"]), fmt_p(x["p_holm"])])
         bold.append([False] * 10 + [significant(x)])
-    notes = [f"CI: percentile bootstrap of the mean ({stats.N_BOOT:,} resamples, seed "
-             f"{stats.SEED}; only from {stats.MIN_PAIRED_SEEDS} runs on). vs: the baseline row, "
+    notes = [f"CI: Student-t interval of the mean (only from {stats.MIN_PAIRED_SEEDS} runs "
+             "on). vs: the baseline row, "
              "which differs from this row only in that axis (its value shown). Δ: mean paired "
              "difference over shared seeds (runs of one seed averaged); p: exact paired "
              "sign-flip (permutation) test of Δ, and the 95% CI of Δ is that test inverted, so "

@@ -181,10 +181,13 @@ def test_mean_ci_edge_cases():
 
 
 # Accuracy-like data: normal around 70%, and Beta(8, 2) (mean 0.8, sd 0.12, skewness -1.0:
-# bounded by 1 with a long tail of bad seeds, as accuracies are). The percentile bootstrap
-# the report used before covered 80-90% here at n = 5 and 10; the t interval covers 92-96%.
-COVERAGE_DATA = {"normal": (lambda rng, n: rng.normal(0.7, 0.1, n), 0.7),
-                 "beta(8,2)": (lambda rng, n: rng.beta(8.0, 2.0, n), 0.8)}
+# bounded by 1 with a long tail of bad seeds, as accuracies are). On normal data the t
+# interval is exact, so its simulated coverage must sit within Monte Carlo error of 95%;
+# on skewed data it falls a little short at n = 5 (measured 92.2%, 93.2% at n = 10), so it
+# gets 3.5 points. The percentile bootstrap the report used before covered 83.8% / 89.5%
+# (normal) and 81.7% / 88.7% (Beta) at n = 5 / 10 here and fails every case.
+COVERAGE_DATA = {"normal": (lambda rng, n: rng.normal(0.7, 0.1, n), 0.7, 0.015),
+                 "beta(8,2)": (lambda rng, n: rng.beta(8.0, 2.0, n), 0.8, 0.035)}
 COVERAGE_DRAWS = 3_000  # Monte Carlo SE of a coverage near 0.94: 0.4 points
 
 
@@ -192,14 +195,14 @@ COVERAGE_DRAWS = 3_000  # Monte Carlo SE of a coverage near 0.94: 0.4 points
 @pytest.mark.parametrize("dist", sorted(COVERAGE_DATA))
 def test_mean_ci_holds_its_level_at_small_n(dist, n):
     """Seeded simulation: the report's 95% CI of a mean (the function the report calls)
-    covers the true mean within 3 points of 95% at the seed counts studies use."""
-    draw, mu = COVERAGE_DATA[dist]
+    covers the true mean within a few points of 95% at the seed counts studies use."""
+    draw, mu, tol = COVERAGE_DATA[dist]
     rng = np.random.default_rng(20 + n)
     hits = 0
     for _ in range(COVERAGE_DRAWS):
         lo, hi = stats.bootstrap_ci(draw(rng, n))
         hits += lo <= mu <= hi
-    assert abs(hits / COVERAGE_DRAWS - 0.95) <= 0.03, hits / COVERAGE_DRAWS
+    assert abs(hits / COVERAGE_DRAWS - 0.95) <= tol, hits / COVERAGE_DRAWS
 
 
 def test_power_caveat_when_holm_cannot_reach_alpha():
@@ -220,3 +223,30 @@ def test_power_caveat_when_holm_cannot_reach_alpha():
     assert power_findings(cells(8, 10)) == []  # 8 x 2/1024 = 0.016: markers can appear
     few = power_findings(cells(3, 4))  # 2/16 >= 0.05: the sign-flip itself cannot
     assert len(few) == 1 and "smallest possible p" in few[0]
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+
+def test_init_correlations_pearson_interval_is_scipys():
+    """benchmarks/init_correlations.py: r, p and the 95% CI of r are scipy's pearsonr and its
+    confidence_interval() over the finite pairs; here checked by hand: Fisher z,
+    tanh(atanh r -+ 1.959964 / sqrt(n - 3)) over the 19 finite pairs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "init_correlations.py"
+    spec = importlib.util.spec_from_file_location("init_correlations", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=20)
+    y = x + rng.normal(size=20)
+    y[3] = np.nan
+    r, p, lo, hi, n = mod.pearson_ci(x, y)
+    keep = np.isfinite(y)
+    assert n == 19 and r == pytest.approx(np.corrcoef(x[keep], y[keep])[0, 1])
+    half = 1.959964 / math.sqrt(n - 3)
+    assert (lo, hi) == pytest.approx((math.tanh(math.atanh(r) - half),
+                                      math.tanh(math.atanh(r) + half)), abs=1e-6)
+    assert 0 < p < 0.001
