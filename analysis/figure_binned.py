@@ -26,6 +26,7 @@ from analysis.figure_style import (
     panel_grid,
     percent_axis,
     side_legend,
+    split_styles,
     splits_of,
     subset,
     theme,
@@ -70,6 +71,7 @@ def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
     with style, ctx:
         fig, axes = panel_grid(1, len(datasets), w=4.2)
         handles = {}
+        drawn: dict[str, bool] = {}
         for j, ds_ in enumerate(datasets):
             ax = axes[0, j]
             for lay in layers:
@@ -79,6 +81,7 @@ def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
                     h = median_band(ax, g, "x", "kept", pal[lay], ls=ls, marker=mk)
                     if h is not None:
                         handles.setdefault(f"{lay}, {column_name(sp)}", h)
+                        drawn[sp] = drawn.get(sp, False) or len(h.get_xdata()) > 1
             if log:
                 ax.set_xscale("log")
             ax.set_title(dataset_name(ds_))
@@ -88,8 +91,8 @@ def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
         side_legend(fig, handles, "pooling layer")
         png, svg = figure_style.save(fig, out, f"{study}__ratio_kept")
     return [Figure("ratio_kept", "Ratio of nodes kept (mean over graphs of N_kept / N) per "
-                   "pooling layer vs the threshold, median and interquartile band over runs "
-                   "(solid: TEST-ORIG, dashed: TEST-LARGE).", png, svg)]
+                   "pooling layer (colour) vs the threshold, median and interquartile band over "
+                   f"runs ({split_styles(drawn, SPLIT_STYLES)}).", png, svg)]
 
 
 def _size_bins(cols: list[list]) -> list[tuple]:
@@ -125,7 +128,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
     """Test accuracy vs graph size (N bins), TEST-ORIG vs TEST-LARGE."""
     if "acc_by_size" not in ok.columns:
         return []
-    d = subset(ok, ["dataset", "split", "variant", "acc_by_size"],
+    d = subset(ok, ["trial_id", "seed", "dataset", "split", "variant", "acc_by_size"],
                ["test_orig", "test_large", "test_largec"])
     cols = as_lists(d, ["dataset", "split", "variant", "acc_by_size"])
     recs = _size_bins(cols)
@@ -136,9 +139,11 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
     pal = palette(hue)
     datasets = sorted(long["dataset"].unique())
     style, ctx = theme()
+    n_runs = d.drop_duplicates(["trial_id", "seed"]).groupby("variant").size()
     with style, ctx:
         fig, axes = panel_grid(1, len(datasets), w=4.6)
         handles = {}
+        drawn: dict[str, bool] = {}
         for j, ds_ in enumerate(datasets):
             ax = axes[0, j]
             g = long[long["dataset"] == ds_]
@@ -149,7 +154,8 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
                     h = median_band(ax, g[(g["variant"] == v) & (g["split"] == sp)], "x",
                                     "acc", pal[v], ls=ls, marker=mk)
                     if h is not None:
-                        handles.setdefault(v, h)
+                        handles.setdefault(f"{v} (n = {int(n_runs.get(v, 0))} runs)", h)
+                        drawn[sp] = drawn.get(sp, False) or len(h.get_xdata()) > 1
             ax.set_xticks(range(len(bins)), [f"{lo}–{hi}" for lo, hi in bins], rotation=30)
             ax.set_title(dataset_name(ds_))
             ax.set_xlabel("graph size N")
@@ -157,9 +163,14 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
             percent_axis(ax.yaxis)
         side_legend(fig, handles, "variant")
         png, svg = figure_style.save(fig, out, f"{study}__acc_by_size")
-    return [Figure("acc_by_size", "Test accuracy per graph-size bin, median and interquartile "
-                   "band over runs (solid: TEST-ORIG, dashed: TEST-LARGE, dotted: "
-                   "TEST-LARGE-C).", png, svg)]
+    lines = any(drawn.values())
+    return [Figure("acc_by_size", "Test accuracy per graph-size bin, median over runs (colour: "
+                   "variant, n runs in the legend)"
+                   + (", interquartile band where a split has two or more bins" if lines else
+                      "; one marker per (variant, split) and bin, no lines: each split covers "
+                      "a single size bin")
+                   + f" ({split_styles(drawn, SPLIT_STYLES)}).", png, svg,
+                   {"styles": drawn})]
 
 
 GT_MASS_CAPTION = ("Fraction of graphs whose ground-truth nodes receive attention mass ≥ t (first "

@@ -125,15 +125,16 @@ def acc_vs_auc(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
 
 
 def _missing(info: dict[str, dict], key: str, what: str, suffix: str = "") -> str:
-    """'No fit on COLORS ORIG (2 seeds ...); TRIANGLES ORIG (...).' for the panels with a
-    reason under `key`, "" when every panel has the statistic."""
-    parts = []
+    """'No fit on COLORS ORIG, TRIANGLES ORIG: 2 seeds (...).' for the panels with a reason
+    under `key` (grouped by reason), "" when every panel has the statistic."""
+    by_reason: dict[str, list[str]] = {}
     for k, v in info.items():
         if v.get(key):
             ds_, sp = k.split("/")
             where = "AUC" if sp == "auc" else column_name(sp) + suffix
-            parts.append(f"{dataset_name(ds_)} {where} ({v[key]})")
-    return f"{what} on " + "; ".join(parts) + "." if parts else ""
+            by_reason.setdefault(str(v[key]), []).append(f"{dataset_name(ds_)} {where}")
+    return " ".join(f"{what} on {', '.join(panels)}: {reason}."
+                    for reason, panels in by_reason.items())
 
 
 def fit_support(g: pd.DataFrame) -> str:

@@ -225,6 +225,6 @@ def split_styles(drawn: dict[str, bool], styles: dict[str, tuple[str, str]]) -> 
     for sp in [s for s in styles if s in drawn]:
         ls, mk = styles[sp]
         what = f"{ls_name.get(ls, ls)} lines with {mk_name.get(mk, mk)}" if drawn[sp] \
-            else f"{mk_name.get(mk, mk)} only (one point per run group)"
+            else f"{mk_name.get(mk, mk)} only (a single point per line, nothing to join)"
         parts.append(f"{column_name(sp)}: {what}")
     return "; ".join(parts)

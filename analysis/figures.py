@@ -5,10 +5,13 @@
   varies (else by variant), with the exponential fit acc = a exp(b AUC) + c per panel
   where the data can carry one (the paper: "accuracy grows exponentially with
   attention correctness"); `init_cos`: attention AUC and accuracy vs cos(p_init, p_opt)
-  (paper Figure 2). Both in `analysis.figure_scatter`.
+  (paper Figure 2). Both in `analysis.figure_scatter`; Pearson r (with its 95% CI and n)
+  and fits only with the data the tables need for a statistic, the panels without them
+  named in the caption with the reason.
 - `dynamics`: validation accuracy and AUC per epoch, median and interquartile band
   over runs, by init quality (tertiles of cos(p_init, p_opt)) or by variant
-  (paper Figures 3-4); `sdc_dynamics`: the SDC runs' FTPT/FFPT/FTPF/FFPF fractions per
+  (paper Figures 3-4; runs left out, such as attention runs whose cosine is undefined,
+  named in the caption); `sdc_dynamics`: the SDC runs' FTPT/FFPT/FTPF/FFPF fractions per
   epoch. Both in `analysis.figure_curves`.
 - `ratio_kept`: ratio of nodes kept per pooling layer vs threshold; `acc_by_size`: test
   accuracy vs graph size (N bins), TEST-ORIG vs TEST-LARGE; `gt_mass`: fraction of graphs

@@ -1,9 +1,12 @@
 """Axes and layout of the report's figures and HTML tables: distinct percentage ticks,
 integer epoch ticks, visible markers, exponential fits only where the data carries one,
-colour by the study's axis, and wide tables cut into parts instead of being cut off."""
+colour by the study's axis, and wide tables cut into parts instead of being cut off; every
+statistic drawn only with the tables' amount of data and with n and a 95% interval, no fit
+through data that cannot carry one, runs left out named and captions true to what is drawn."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -151,3 +154,134 @@ def test_wide_layer_table_is_cut_into_parts_not_cut_off(tmp_path):
     for value in ("61.0", "72.0", "53.0", "34.0"):
         # every model row shows each value once per (dataset, split): 2 rows x 4 groups
         assert section.count(f"<td>{value}") == 8
+
+
+# Issue 20, "Figures": every statistic drawn follows the tables' rules (enough data, n and a
+# 95% interval), fits only where meaningful, what is left out named, captions true.
+
+def _texts(fig) -> str:
+    """Every text of a figure: titles, annotations, legends, suptitle."""
+    out = [t.get_text() for t in fig.texts]
+    for ax in fig.axes:
+        out += [ax.get_title(), *(t.get_text() for t in ax.texts)]
+        if ax.get_legend():
+            out += [t.get_text() for t in ax.get_legend().get_texts()]
+    out += [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    return "\n".join(out)
+
+
+def _init_runs(n_trials: int, n_seeds: int) -> pd.DataFrame:
+    """Attention runs on COLORS whose AUC rises with cos(p_init, p_opt), two variants."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for t in range(n_trials):
+        for s in range(n_seeds):
+            cos = float(rng.uniform(-1, 1))
+            rows.append(trial_record(trial_id=f"i{t}", seed=s, backbone=("gin", "chebygin")[t % 2],
+                                     cos_p_init=cos, attn_auc_l0=0.7 + 0.2 * cos
+                                     + float(rng.normal(0, 0.02)), accuracy=0.5 + 0.3 * cos))
+    return add_variant(pd.DataFrame(rows))
+
+
+def test_init_correlation_hidden_on_a_thin_store(drawn, tmp_path):
+    """8 runs from 2 seeds (the smoke store): no r in the title, no line, the caption says why."""
+    (f,) = figures.init_cos(_init_runs(4, 2), tmp_path, "s")
+    text = _texts(drawn[0])
+    assert "r = " not in text and "r =" not in drawn[0].axes[0].get_title()
+    assert not [ln for ax in drawn[0].axes for ln in ax.get_lines()]
+    assert "No r on COLORS AUC" in f.caption and "from 2 seeds" in f.caption
+    assert "GIN unsup" in f.caption and "ChebyGIN unsup" in f.caption  # the variants pooled
+    assert f.info["colors/auc"]["r_shown"] is False
+
+
+def test_init_correlation_shown_with_n_and_interval(drawn, tmp_path):
+    (f,) = figures.init_cos(_init_runs(4, 5), tmp_path, "s")
+    c = f.info["colors/auc"]
+    assert c["r_shown"] and c["n"] == 20 and c["n_seeds"] == 5
+    assert c["pearson_lo"] < c["pearson_r"] < c["pearson_hi"]
+    text = _texts(drawn[0])
+    assert (f"r = {c['pearson_r']:.2f} (95% CI {c['pearson_lo']:.2f} to {c['pearson_hi']:.2f}), "
+            f"n = 20 runs, 5 seeds") in text
+
+
+def test_no_fit_on_a_thin_store_of_mostly_zeros(drawn, tmp_path):
+    """The smoke store's panel: 16 runs from 2 seeds, mostly zero accuracy, AUC spread wide."""
+    rng = np.random.default_rng(0)
+    auc = np.linspace(0.4, 0.95, 16)
+    acc = np.where(rng.random(16) < 0.7, 0.0, rng.uniform(0, 0.5, 16))
+    rows = [trial_record(trial_id=f"t{i // 2}", seed=i % 2, attn_auc_l0=float(a), accuracy=float(y))
+            for i, (a, y) in enumerate(zip(auc, acc))]
+    (f,) = figures.acc_vs_auc(add_variant(pd.DataFrame(rows)), tmp_path, "s", ["ChebyGIN unsup"])
+    fit = f.info["fits"]["colors/test_orig"]
+    assert fit["method"] == "none" and "2 seeds" in fit["reason"]
+    assert _fit_lines(drawn[0]) == [] and "a=" not in _texts(drawn[0])
+    assert not fit["r_shown"] and "r = " not in _texts(drawn[0])
+    assert "No fit on COLORS ORIG: 2 seeds" in f.caption and "No r on COLORS ORIG" in f.caption
+
+
+def test_no_fit_when_most_runs_share_one_accuracy(drawn, tmp_path):
+    """Enough runs, seeds and AUC spread, but 14 of 20 accuracies are 0: no curve."""
+    auc = np.linspace(0.4, 0.95, 20)
+    acc = np.where(np.arange(20) < 14, 0.0, 0.02 * np.exp(3.5 * auc))
+    (f,) = figures.acc_vs_auc(_runs(auc, acc), tmp_path, "s", ["ChebyGIN unsup"])
+    fit = f.info["fits"]["colors/test_orig"]
+    assert fit["method"] == "none" and "14 of 20 runs at accuracy 0.0%" in fit["reason"]
+    assert _fit_lines(drawn[0]) == [] and "14 of 20 runs" in f.caption
+
+
+def test_fit_and_r_drawn_with_their_intervals(drawn, tmp_path):
+    rng = np.random.default_rng(3)
+    auc = np.linspace(0.5, 1.0, 20)
+    ok = _runs(auc, 0.02 * np.exp(3.5 * auc) + 0.1 + rng.normal(0, 0.01, 20))
+    (f,) = figures.acc_vs_auc(ok, tmp_path, "s", ["ChebyGIN unsup"])
+    fit = f.info["fits"]["colors/test_orig"]
+    assert fit["reason"] == "" and fit["b_lo"] < fit["b"] < fit["b_hi"]
+    assert fit["b_lo"] < 3.5 < fit["b_hi"]
+    text = _texts(drawn[0])
+    assert f"r = {fit['pearson_r']:.2f} (95% CI {fit['pearson_lo']:.2f} to" in text
+    assert f"b = {fit['b']:.3g} (95% CI {fit['b_lo']:.3g} to {fit['b_hi']:.3g}), n = 20" in text
+
+
+def test_dynamics_names_the_runs_it_leaves_out(drawn, tmp_path):
+    """COLORS attention runs have a cosine; TRIANGLES' GNN-scorer runs have none: they are
+    not drawn as 'no attention' and the caption names them."""
+    rows, curves = [], []
+    for ds, pool, n in (("colors", "1", 18), ("triangles", "1", 6), ("colors", "", 3)):
+        for s in range(n):
+            tid = f"{ds}{pool}"
+            cos = float(np.linspace(-1, 1, n)[s]) if ds == "colors" and pool else float("nan")
+            rows.append(trial_record(trial_id=tid, seed=s, dataset=ds, pool_layers=pool,
+                                     scorer="gnn" if ds == "triangles" else "fc", cos_p_init=cos))
+            curves += [{"trial_id": tid, "seed": s, "epoch": e, "val_accuracy": 0.1 * e,
+                        "val_auc": 0.6} for e in (1, 2, 3)]
+    ok = add_variant(pd.DataFrame(rows))
+    (f,) = figures.dynamics(ok, pd.DataFrame(curves), tmp_path, "s", ["ChebyGIN unsup"])
+    assert f.info["grouped_by"] == "init quality"
+    assert "Left out" in f.caption and "6 runs on TRIANGLES (ChebyGIN unsup)" in f.caption
+    legend = [t.get_text() for lg in drawn[0].legends for t in lg.get_texts()]
+    assert "no attention (n = 3 runs)" in legend
+    assert not any("TRIANGLES" in ax.get_title() for ax in drawn[0].axes)
+
+
+def _size_runs(bins_of: dict) -> pd.DataFrame:
+    rows = [trial_record(trial_id="a", seed=s, split=sp, acc_by_size=json.dumps(bins))
+            for s in range(3) for sp, bins in bins_of.items()]
+    return add_variant(pd.DataFrame(rows))
+
+
+def test_acc_by_size_caption_describes_what_is_drawn(drawn, tmp_path):
+    """One size bin per split: only markers, and the caption says so (no solid/dashed lines)."""
+    ok = _size_runs({"test_orig": [[1, 25, 0.9, 40]], "test_large": [[26, 50, 0.4, 40]]})
+    (f,) = figures.acc_by_size(ok, tmp_path, "s", ["ChebyGIN unsup"])
+    assert all(len(ln.get_xdata()) == 1 for ax in drawn[0].axes for ln in ax.get_lines())
+    assert "solid" not in f.caption and "dashed" not in f.caption and "dotted" not in f.caption
+    assert "ORIG: circles only" in f.caption and "LARGE: squares only" in f.caption
+    assert "n = 3 runs" in _texts(drawn[0])
+
+
+def test_acc_by_size_caption_names_the_lines_it_draws(drawn, tmp_path):
+    ok = _size_runs({"test_orig": [[1, 10, 0.9, 40], [11, 25, 0.8, 40]],
+                     "test_large": [[26, 50, 0.4, 40]]})
+    (f,) = figures.acc_by_size(ok, tmp_path, "s", ["ChebyGIN unsup"])
+    assert "ORIG: solid lines with circles" in f.caption and "LARGE: squares only" in f.caption
+    assert "dotted" not in f.caption
