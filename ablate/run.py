@@ -8,20 +8,37 @@ result file. Exit codes: 0 every trial complete, 1 some trials failed after thei
 retries (the console says why), 2 bad study / key / value / path / store (one line
 naming the valid choices), 3 results could not be written (disk full, read-only;
 rerun to resume), 130 interrupted by Ctrl-C and 143 by SIGTERM (rerun to resume).
+verify=true: 0 every planned trial complete and every file intact, 4 intact but
+incomplete (planned trials not run or failed), 2 a corrupt or foreign file.
 """
 
 from __future__ import annotations
 
-import inspect
-import re
+import os
+import signal
 import sys
-from pathlib import Path
 
-from ablate.errors import ConfigError
-from ablate.runner.compose import RUN_KEYS, STUDY_KEYS, list_studies, load_spec
-from ablate.runner.kinds import NOT_AXES, trial_kind
-from ablate.runner.study import build_study
-from ablate.runner.trial_table import fixed_axes, trial_table
+RESUME = "interrupted: rerun the same command to resume"
+
+
+def _sigterm_before_main(signum, frame) -> None:  # nothing has started yet: just the line
+    print(RESUME, flush=True)
+    os._exit(143)
+
+
+if __name__ == "__main__":  # SIGTERM while the imports below run
+    signal.signal(signal.SIGTERM, _sigterm_before_main)
+
+import inspect  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ablate.errors import ConfigError  # noqa: E402
+from ablate.runner.compose import RUN_KEYS, STUDY_KEYS, list_studies, load_spec  # noqa: E402
+from ablate.runner.kinds import NOT_AXES, trial_kind  # noqa: E402
+from ablate.runner.signals import raise_on_sigterm, signal_name  # noqa: E402
+from ablate.runner.study import build_study  # noqa: E402
+from ablate.runner.trial_table import fixed_axes, trial_table  # noqa: E402
 
 USAGE = "usage: python -m ablate.run study=NAME [key=value ...] [--help]"
 
@@ -123,7 +140,19 @@ def dry_run(study, options) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        raise_on_sigterm()  # SIGTERM from here on: the resume line and 143, as under Tune
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        if previous is not None and signal.getsignal(signal.SIGTERM) is not previous:
+            try:
+                signal.signal(signal.SIGTERM, previous)
+            except ValueError:  # not the main thread: nothing was installed
+                pass
+
+
+def _main(argv: list[str]) -> int:
     try:
         if any(a in ("-h", "--help", "help") for a in argv):
             names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
@@ -146,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
             check_data_paths(study)
-            writable = Store(options["results_dir"], study.name).writable()  # or exit 2 here
+            writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2
             print(dry_run(study, options))
             if not writable:
                 print(f"note: {Path(options['results_dir']) / study.name} is read-only: a run "
@@ -158,29 +187,42 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(RESUME, flush=True)
+        return 143 if signal_name(e) == "SIGTERM" else 130
     print(summary.line())
     for line in summary.failure_lines():
         print(line, file=sys.stderr)
     return summary.exit_code
 
 
+VERIFY_CORRUPT, VERIFY_INCOMPLETE = 2, 4
+
+
 def verify(study, options) -> int:
-    """`verify=true`: every trial and curves file of the study read whole; problems listed."""
+    """`verify=true`: every trial and curves file of the study read whole; problems listed.
+
+    Exit 0 complete and intact, `VERIFY_INCOMPLETE` (4) intact but some planned trials are
+    not complete (never run, or failed), `VERIFY_CORRUPT` (2) a file is corrupt or foreign.
+    Reads only: no folder is created."""
     from ablate.runner.store import Store
 
     store = Store(options["results_dir"], study.name)
-    problems = store.verify()
+    status, problems = store.check()
     n = len(store.trial_files())
     for p in problems:
         print(p)
     planned = {t.trial_id for t in study.trials}
-    done = {p.stem for p in store.trial_files()} & planned
-    print(f"{store.dir}: {n} trial files, {len(problems)} problem(s); {len(done)} of "
-          f"{len(planned)} planned trials have a file")
-    return 2 if problems else 0
+    ok = {t for t, s in status.items() if s == "ok"} & planned
+    failed = {t for t, s in status.items() if s != "ok"} & planned
+    missing = planned - ok - failed
+    state = ("corrupt" if problems else "incomplete" if ok != planned else "complete")
+    print(f"{store.dir}: {n} trial files, {len(problems)} problem(s); {len(ok)} of "
+          f"{len(planned)} planned trials complete, {len(failed)} failed, {len(missing)} "
+          f"not run ({state})")
+    if problems:
+        return VERIFY_CORRUPT
+    return VERIFY_INCOMPLETE if ok != planned else 0
 
 
 if __name__ == "__main__":

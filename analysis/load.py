@@ -8,8 +8,9 @@ folder (it holds `trials/`).
 Every file's footer is parsed once (a pyarrow dataset fragment), checked for the
 identity columns, and the fragments are scanned as one `pyarrow.dataset` with the
 unified schema and a column projection: only the columns the report uses are
-decoded. Bad input raises `StoreError` with a one-line message; nothing is ever
-written under `RESULTS_DIR`.
+decoded. Bad input raises `StoreError` with a one-line message; every foreign or
+damaged file of the store is named at once (`BadFiles`, one line per file, with the
+runner's `verify=true` advice); nothing is ever written under `RESULTS_DIR`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,32 @@ PLAN_FILES = ("plan.parquet", "plan.csv", "plan.json")  # optional list of plann
 
 class StoreError(Exception):
     """Bad input (no results, a foreign or unreadable file, missing columns): one line."""
+
+
+class BadFiles(StoreError):
+    """Foreign or damaged result files, every one of them: one line per file, each saying
+    what to do with it (as the runner's `verify=true`)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            text = self.problems[0]
+        else:
+            text = (f"{len(self.problems)} bad files in the result store (no report was "
+                    "written):\n  " + "\n  ".join(self.problems))
+        super().__init__(text)
+
+
+_TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")  # the runner's trial file names
+
+
+def bad_file_advice(path: Path, what: str) -> str:
+    """What to do with a result file that cannot be used (the runner's `verify=true` words)."""
+    if not _TRIAL_ID.match(path.stem):
+        return f"not written by ablate: move it out of {path.parent}"
+    if what == "curves":
+        return f"delete it and {path.parent.parent / 'trials' / path.name} to rerun that trial"
+    return "delete it to rerun that trial"
 
 
 @dataclass
@@ -99,22 +126,27 @@ def _fragments(files: list[Path], required: tuple[str, ...], what: str):
     fmt = ds.ParquetFileFormat(
         default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
     fs = pa.fs.LocalFileSystem()
-    frags, schemas = [], []
+    frags, schemas, problems = [], [], []
     for f in files:
         try:
             frag = fmt.make_fragment(str(f.resolve()), fs)
             schema = frag.physical_schema  # parses the footer once; the scan reuses it
         except (OSError, pa.ArrowException) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise StoreError(f"{f}: not a readable Parquet file ({first})") from None
+            problems.append(f"{f}: not a readable Parquet file ({first}); "
+                            f"{bad_file_advice(f, what)}")
+            continue
         if frag.metadata.num_rows == 0:
             continue  # an empty file (e.g. a trial whose seeds all failed wrote no curves)
         missing = [c for c in required if c not in schema.names]
         if missing:
-            raise StoreError(f"{f}: not an ablate {what} file: missing column(s) "
-                             f"{', '.join(missing)}")
+            problems.append(f"{f}: not an ablate {what} file: missing column(s) "
+                            f"{', '.join(missing)}; move it out of {f.parent}")
+            continue
         frags.append(frag)
         schemas.append(schema)
+    if problems:
+        raise BadFiles(problems)
     if not frags:
         return None
     try:
@@ -135,7 +167,17 @@ def _scan(files: list[Path], required: tuple[str, ...], wanted, what: str) -> pa
         for tagged in dataset.scanner(columns=columns).scan_batches():
             batches.append(tagged.record_batch)
             names.append((tagged.fragment.path, tagged.record_batch.num_rows))
-    except pa.ArrowException as e:
+    except pa.ArrowException as e:  # a damaged page: name every file that holds one
+        bad = []
+        for frag in dataset.get_fragments():
+            try:
+                frag.to_table(columns=columns)
+            except pa.ArrowException as err:
+                f = Path(frag.path)
+                bad.append(f"{f}: corrupt Parquet data ({str(err).splitlines()[0][:120]}); "
+                           f"{bad_file_advice(f, what)}")
+        if bad:
+            raise BadFiles(bad) from None
         raise StoreError(f"{files[0].parent}: cannot read ({str(e).splitlines()[0]})") from None
     schema = pa.schema([dataset.schema.field(c) for c in columns])
     table = pa.Table.from_batches(batches, schema=schema)
@@ -268,13 +310,23 @@ def load_study(name: str, path: str | Path, cache_dir: str | Path | None = None)
         raise StoreError(f"{path / 'trials'}: no result files (*.parquet)")
     notes: list[str] = []
     wanted = set(IDENTITY) | set(AXES) | set(METRICS) | set(COST)
-    raw = _read(path / "trials", files, TRIAL_REQUIRED, wanted, "trial", cache)
+    problems: list[str] = []
+    try:
+        raw = _read(path / "trials", files, TRIAL_REQUIRED, wanted, "trial", cache)
+    except BadFiles as e:
+        problems += e.problems
+        raw = None
+    curve_files = _files(path / "curves") if (path / "curves").is_dir() else []
+    try:
+        curves = _read(path / "curves", curve_files, CURVE_REQUIRED, set(CURVE_COLUMNS),
+                       "curves", cache) if curve_files else pd.DataFrame()
+    except BadFiles as e:
+        problems += e.problems
+    if problems:  # every bad file of the study at once (trials and curves)
+        raise BadFiles(problems)
     if raw.empty:
         raise StoreError(f"{path / 'trials'}: the result files hold no rows")
     trials = _normalise(raw, notes)
-    curve_files = _files(path / "curves") if (path / "curves").is_dir() else []
-    curves = _read(path / "curves", curve_files, CURVE_REQUIRED, set(CURVE_COLUMNS),
-                   "curves", cache) if curve_files else pd.DataFrame()
     if not curves.empty:
         if "trial_id" not in curves.columns:
             curves["trial_id"] = ""
@@ -304,7 +356,15 @@ def load_store(results_dir: str | Path, studies: list[str] | None = None,
             raise StoreError(f"unknown study {', '.join(unknown)} in {results_dir}; "
                              f"available: {', '.join(found)}")
         found = {s: found[s] for s in studies}
-    return [load_study(name, p, cache_dir) for name, p in found.items()]
+    out, problems = [], []
+    for name, p in found.items():
+        try:
+            out.append(load_study(name, p, cache_dir))
+        except BadFiles as e:  # go on: every bad file of every study is named at once
+            problems += e.problems
+    if problems:
+        raise BadFiles(problems)
+    return out
 
 
 def layer_columns(df: pd.DataFrame, kind: str) -> list[str]:

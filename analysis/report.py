@@ -6,8 +6,10 @@ sections that apply to its rows (a registry: `register_section`), each contribut
 tables (Markdown, LaTeX, CSV), figures (PNG, SVG), findings and, when the store has too
 few seeds for claims, a banner saying so. Writes `DIR/report.md`, a self-contained
 `DIR/report.html` (images embedded), and `DIR/tables/`, `DIR/figures/`,
-`DIR/summary.json`. The store is only read. Bad input exits with code 2 and a one-line
-message.
+`DIR/summary.json`. The store is only read. `DIR` defaults to `report/` beside the store
+(`results/` -> `./report`, which `.gitignore` lists; `default_out`). Bad input exits with
+code 2 and a one-line message; foreign or damaged files are all named at once, one line
+each, with what to do (as the runner's `verify=true`).
 
 This module runs a report end to end (`write_report`, `build_study`) and holds the
 command line (`main`). The pieces: the section registry `analysis.sections` and the
@@ -109,14 +111,34 @@ def write_report(results_dir: str | Path, out: str | Path = "report",
     return summary
 
 
+def default_out(results_dir: str | Path) -> Path:
+    """`report/` beside the result store (for one study's folder, beside the store holding
+    it): never inside the store, and `./report` for the README's `results/`."""
+    root = Path(results_dir).expanduser().resolve()
+    if (root / "trials").is_dir():  # one study's folder
+        root = root.parent
+    return root.parent / "report"
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working folder when it is under it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit code (2 on bad input)."""
     p = argparse.ArgumentParser(prog="python -m analysis.report", description=DESCRIPTION)
     p.add_argument("results_dir", help="result store (RESULTS_DIR/<study>/trials/*.parquet)")
     p.add_argument("--study", nargs="+", action="extend", metavar="NAME",
                    help="only these studies (default: all)")
-    p.add_argument("--out", default="report", help="output folder (default: ./report)")
-    p.add_argument("--n-boot", type=int, default=stats.N_BOOT, help="bootstrap resamples")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: report/ beside RESULTS_DIR, so ./report for "
+                   "results/)")
+    p.add_argument("--n-boot", type=int, default=stats.N_BOOT,
+                   help="random sign patterns of a sign-flip test beyond 16 pairs")
     p.add_argument("--no-figures", action="store_true", help="tables and report only")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes drawing figures (default 1; more helps on idle multi-core "
@@ -125,15 +147,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="read every file (default: reuse OUT/.cache for unchanged files)")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
+    out = Path(a.out) if a.out is not None else default_out(a.results_dir)
     try:
-        summary = write_report(a.results_dir, a.out, a.study, a.n_boot, not a.no_figures,
+        summary = write_report(a.results_dir, out, a.study, a.n_boot, not a.no_figures,
                                not a.no_cache, a.jobs)
     except StoreError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     n_t = sum(len(v["tables"]) for v in summary.values())
     n_f = sum(len(v["figures"]) for v in summary.values())
-    print(f"wrote {Path(a.out) / 'report.html'} and report.md: {len(summary)} study(ies), "
+    print(f"wrote {_shown(out / 'report.html')} and report.md: {len(summary)} study(ies), "
           f"{n_t} table files, {n_f} figure files in {time.perf_counter() - t0:.1f} s")
     return 0
 

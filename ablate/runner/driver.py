@@ -37,10 +37,13 @@ from ablate.runner.ray_env import (
     check_devices,
     check_resources,
     check_resources_early,
+    embedded_session,
+    end_session,
     gpus_per_trial,
     quiet_ray_env,
     tune_storage,
 )
+from ablate.runner.signals import signal_name
 from ablate.runner.study import Study, Trial
 from ablate.runner.worker import trainable
 
@@ -52,7 +55,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
               ray_address: str | None = None, progress: str = "auto",
               stream: TextIO | None = None) -> Summary:
     """Run every trial of `study` not yet complete in the store; see the module docstring."""
-    from ablate.runner.store import FAILURES, Store, StoreError
+    from ablate.runner.store import FAILURES, Store, StoreError, write_error
 
     t_start = time.time()
     stream = stream or sys.stderr
@@ -78,38 +81,74 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
         status = store.scan()
         todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
         summary.skipped = len(study.trials) - len(todo)
-        if not todo:
-            store.write_plan([t.trial_id for t in study.trials])
-        else:
-            address = ray_address or os.environ.get("RAY_ADDRESS") or None
-            t0 = time.time()
-            local = [_reads_local_files(t) for t in todo]
-            splits = prepare_datasets([t for t, x in zip(todo, local) if x],
-                                      progress=stream.isatty())  # bad paths: before Ray
-            ray_start = RayStarter(address)  # Ray starts while the other datasets are built
-            started = False
-            try:
-                rest = [t for t, x in zip(todo, local) if not x]
-                splits.update(prepare_datasets(rest, progress=stream.isatty()))
-                summary.timings["datasets"] = time.time() - t0
-                started = ray_start.wait()
-                summary.timings["ray_start"] = ray_start.seconds
-                with _sigterm_as_interrupt(summary):
-                    _run_tune(study, todo, splits, store, summary,
-                              embedded=started and not address, progress=progress,
-                              stream=stream, t_start=t_start)
-            finally:
-                if ray_start.wait(raise_errors=False):
-                    import ray
-
-                    t0 = time.time()
-                    ray.shutdown()
-                    summary.timings["ray_stop"] = time.time() - t0
-                ray_start.release()
+        try:  # a disk still full (or a quota reached): the summary line and exit 3, before Ray
+            if todo:
+                store.check_space()
+            else:
+                store.write_plan([t.trial_id for t in study.trials])
+        except OSError as e:
+            summary.storage_error = write_error(e, store.dir)
+            summary.remaining = [t.trial_id for t in todo]
+            return summary
+        if todo:
+            _start_and_run(study, todo, store, summary, ray_address, progress, stream, t_start)
     finally:
         store.unlock()
         summary.wall_s = time.time() - t_start
     return summary
+
+
+def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summary,
+                   ray_address: str | None, progress: str, stream: TextIO,
+                   t_start: float) -> None:
+    """Datasets, Ray, Tune; the embedded Ray stopped and its session folder removed after.
+
+    Ctrl-C or SIGTERM during start-up ends the run like one during Tune: what is not done
+    stays to do (the summary's resume line, exit 130 / 143), and Ray is stopped."""
+    address = ray_address or os.environ.get("RAY_ADDRESS") or None
+    t0 = time.time()
+    ray_start = None
+    started = False
+    try:
+        local = [_reads_local_files(t) for t in todo]
+        splits = prepare_datasets([t for t, x in zip(todo, local) if x],
+                                  progress=stream.isatty())  # bad paths: before Ray
+        ray_start = RayStarter(address)  # Ray starts while the other datasets are built
+        rest = [t for t, x in zip(todo, local) if not x]
+        splits.update(prepare_datasets(rest, progress=stream.isatty()))
+        summary.timings["datasets"] = time.time() - t0
+        started = ray_start.wait()
+        summary.timings["ray_start"] = ray_start.seconds
+        with _sigterm_as_interrupt(summary):
+            _run_tune(study, todo, splits, store, summary,
+                      embedded=started and not address, progress=progress,
+                      stream=stream, t_start=t_start)
+    except KeyboardInterrupt as e:  # during start-up (Tune handles its own)
+        summary.signal = summary.signal or signal_name(e)
+        if "tune" not in summary.timings:  # no trial's result was counted: all stay to do
+            summary.remaining = [t.trial_id for t in todo]
+    finally:
+        if ray_start is not None:
+            _stop_ray(ray_start, summary, embedded=not address)
+
+
+def _stop_ray(ray_start: RayStarter, summary: Summary, embedded: bool) -> None:
+    """`ray.shutdown()` of the Ray this run started or joined; for an embedded Ray, what is
+    left of its processes is stopped and its session folder removed (kept, with its logs,
+    when trials failed: the console names it)."""
+    if ray_start.wait(raise_errors=False):
+        import ray
+
+        t0 = time.time()
+        session = embedded_session() if embedded else None
+        ray.shutdown()
+        if session is not None:
+            keep = bool(summary.failed)
+            end_session(session, keep_logs=keep)
+            if keep:
+                summary.ray_logs = str(session / "logs")
+        summary.timings["ray_stop"] = time.time() - t0
+    ray_start.release()
 
 
 class _sigterm_as_interrupt:
@@ -150,7 +189,14 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
     with tune_storage(study.name) as storage:
         gpus = gpus_per_trial(study.spec.gpus_per_trial)
         check_resources(study, gpus, embedded=embedded, stream=stream)
-        store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
+        try:
+            store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
+        except OSError as e:  # the disk filled since `check_space`: exit 3, the same line
+            from ablate.runner.store import write_error
+
+            summary.storage_error = write_error(e, store.dir)
+            summary.remaining = [t.trial_id for t in todo]
+            return
         ship = not embedded or len(ray.nodes()) > 1
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")

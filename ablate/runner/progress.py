@@ -32,6 +32,7 @@ class Summary:
     failures_log: str = ""  # path of failures.jsonl
     storage_error: str = ""  # the first result write that failed (disk full, read-only)
     signal: str = ""  # SIGINT / SIGTERM that stopped the run
+    ray_logs: str = ""  # an embedded Ray's logs, kept when trials failed
 
     @property
     def interrupted(self) -> bool:
@@ -70,6 +71,8 @@ class Summary:
             out.append(f"  ... and {len(groups) - limit} other error(s)")
         if self.failures_log:
             out.append(f"every failed attempt: {self.failures_log}")
+        if self.ray_logs:
+            out.append(f"Ray's logs of this run: {self.ray_logs}")
         return out
 
 
