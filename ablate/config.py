@@ -1,6 +1,6 @@
 """One trial's configuration: a typed dataclass, the reference recipes, validation, identity.
 
-`TrialConfig` holds every ablation axis (one field, one comment). Fields left as
+`TrialConfig` holds every ablation axis (one field, its doc in the field's metadata). Fields left as
 `None` take the reference recipe of SPEC §3 for the trial's dataset and
 backbone (`resolve`). `validate` rejects unknown values with a one-line
 `ConfigError` naming the valid choices; `trial_id` hashes the resolved config
@@ -48,50 +48,57 @@ WEAK_TARGETS = ("logit", "prob")  # y in |y(G - i) - y(G)| of weak supervision (
 REGRESSION_DATASETS = ("colors", "triangles")  # trained with MSE on a count, accuracy of round(y)
 
 
+def _doc(default, doc: str):
+    """A config field with `default` and its documentation in `metadata["doc"]`, which
+    `--help` prints (whitespace, line breaks included, collapses to single spaces)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class TrialConfig:
     """Every axis of one trial. `None` = the reference recipe for this dataset/backbone."""
 
-    study: str = "adhoc"  # study name (result store folder)
-    dataset: str = "colors"  # colors, triangles, mnist_sp, digits_sp, proteins, dd, collab
-    data_params: tuple = ()  # dataset recipe overrides (sizes, seeds, path): a dict or sorted pairs
-    backbone: str = "chebygin"  # gcn, gin, chebynet, chebygin (SPEC §2 layer family), chebygin_ref
-    K: int | None = None  # Chebyshev scales; 1 for gcn/gin
-    aggregation: str | None = None  # mean or sum (derived from the backbone)
-    hidden: int | None = None  # hidden width of the per-layer MLP; 0 = single Linear+ReLU
-    filters: tuple[int, ...] | None = None  # output channels of each graph layer
-    readout: str | None = None  # sum, mean or max over nodes
-    dropout: float | None = None  # dropout before the head (the readout features), as the reference
-    pool_layers: tuple[int, ...] | None = None  # attention pooling before these layers; () = global
-    scorer: str | None = None  # fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)
-    scorer_input: str | None = None  # prev (previous layer's input) or curr (current features)
-    scorer_relu: bool = False  # gnn scorer: ReLU on its scores (an ablation: the reference's
-    #                            attention GNN has none on its last layer, as False)
-    selection: str = "threshold"  # threshold (alpha > t), topk (keep ratio r), gao (Gao & Ji top-k)
-    threshold: float | None = None  # alpha-tilde of Eq. 3: keep nodes with alpha > threshold
-    ratio: float = 0.5  # fraction of nodes kept by top-k selections
-    normalizer: str = "softmax"  # softmax, sparsemax or spherical (z^2 / sum z^2)
-    supervision: str = "unsup"  # unsup, sup (KL to GT), weak (KL to leave-one-out), gt (oracle)
-    kl_weight: float = 100.0  # weight of the KL attention term
-    weak_target: str = "logit"  # weak supervision's y(G): raw output at the predicted class
-    #                              (reference) or its softmax probability (prob)
-    init_dist: str | None = None  # init of p: normal, uniform, default (framework); None = reference
-    #                              (N(0,1) * init_scale for fc's p and fc_hidden's first layer,
-    #                              framework default for the gnn scorer); see INIT_REFERENCE
-    init_scale: float = 1.0  # scale of the normal / uniform initialisation of p (reference: 1)
-    epochs: int | None = None  # training epochs
-    lr_decay_epochs: tuple[int, ...] | None = None  # multiply LR by 0.1 at these epochs
-    lr: float = 1e-3  # Adam learning rate, betas (0.5, 0.999)
-    weight_decay: float = 1e-4  # Adam weight decay
-    batch_size: int = 32  # training batch size
-    test_batch_size: int = 2000  # max graphs per evaluation batch (speed only; results per graph)
-    seeds: tuple[int, ...] = (0,)  # seeds trained by this trial (seed packing)
-    eval_every: int = 0  # evaluate val for the curves every this many epochs; 0 = ~50 points
-    loo_auc: bool = True  # attention AUC of models without attention by leave-one-out (slow, O(N^3))
-    device: str = "auto"  # auto (CUDA if present), cpu or cuda (an error where CUDA is absent)
-    step: str = "auto"  # packed step: replay (fixed shapes; a CUDA graph on CUDA), eager (per-batch
-    #                     shapes, for debugging); auto = replay on CUDA, eager on CPU
-    extra: tuple = field(default=(), compare=True)  # sorted (key, value) of +new=value overrides
+    study: str = _doc("adhoc", "study name (result store folder)")
+    dataset: str = _doc("colors", "colors, triangles, mnist_sp, digits_sp, proteins, dd, collab")
+    data_params: tuple = _doc((), "dataset recipe overrides (sizes, seeds, path): a dict or sorted pairs")
+    backbone: str = _doc("chebygin", "gcn, gin, chebynet, chebygin (SPEC §2 layer family), chebygin_ref")
+    K: int | None = _doc(None, "Chebyshev scales; 1 for gcn/gin")
+    aggregation: str | None = _doc(None, "mean or sum (derived from the backbone)")
+    hidden: int | None = _doc(None, "hidden width of the per-layer MLP; 0 = single Linear+ReLU")
+    filters: tuple[int, ...] | None = _doc(None, "output channels of each graph layer")
+    readout: str | None = _doc(None, "sum, mean or max over nodes")
+    dropout: float | None = _doc(None, "dropout before the head (the readout features), as the reference")
+    pool_layers: tuple[int, ...] | None = _doc(None, "attention pooling before these layers; () = global")
+    scorer: str | None = _doc(None, "fc (projection p), fc_hidden (p + hidden layer), gnn (small GNN)")
+    scorer_input: str | None = _doc(None, "prev (previous layer's input) or curr (current features)")
+    scorer_relu: bool = _doc(False, """gnn scorer: ReLU on its scores (an ablation: the reference's
+        attention GNN has none on its last layer, as False)""")
+    selection: str = _doc("threshold", "threshold (alpha > t), topk (keep ratio r), gao (Gao & Ji top-k)")
+    threshold: float | None = _doc(None, "alpha-tilde of Eq. 3: keep nodes with alpha > threshold")
+    ratio: float = _doc(0.5, "fraction of nodes kept by top-k selections")
+    normalizer: str = _doc("softmax", "softmax, sparsemax or spherical (z^2 / sum z^2)")
+    supervision: str = _doc("unsup", "unsup, sup (KL to GT), weak (KL to leave-one-out), gt (oracle)")
+    kl_weight: float = _doc(100.0, "weight of the KL attention term")
+    weak_target: str = _doc("logit", """weak supervision's y(G): raw output at the predicted class
+        (reference) or its softmax probability (prob)""")
+    init_dist: str | None = _doc(None, """init of p: normal, uniform, default (framework); None = reference
+        (N(0,1) * init_scale for fc's p and fc_hidden's first layer, framework default for the gnn
+        scorer); see INIT_REFERENCE""")
+    init_scale: float = _doc(1.0, "scale of the normal / uniform initialisation of p (reference: 1)")
+    epochs: int | None = _doc(None, "training epochs")
+    lr_decay_epochs: tuple[int, ...] | None = _doc(None, "multiply LR by 0.1 at these epochs")
+    lr: float = _doc(1e-3, "Adam learning rate, betas (0.5, 0.999)")
+    weight_decay: float = _doc(1e-4, "Adam weight decay")
+    batch_size: int = _doc(32, "training batch size")
+    test_batch_size: int = _doc(2000, "max graphs per evaluation batch (speed only; results per graph)")
+    seeds: tuple[int, ...] = _doc((0,), "seeds trained by this trial (seed packing)")
+    eval_every: int = _doc(0, "evaluate val for the curves every this many epochs; 0 = ~50 points")
+    loo_auc: bool = _doc(True, "attention AUC of models without attention by leave-one-out (slow, O(N^3))")
+    device: str = _doc("auto", "auto (CUDA if present), cpu or cuda (an error where CUDA is absent)")
+    step: str = _doc("auto", """packed step: replay (fixed shapes; a CUDA graph on CUDA), eager (per-batch
+        shapes, for debugging); auto = replay on CUDA, eager on CPU""")
+    extra: tuple = field(default=(), compare=True, metadata={
+        "doc": "sorted (key, value) of +new=value overrides"})
 
     def __post_init__(self) -> None:
         # convenience: data_params / extra may be given as dicts ({"n_train": 100})

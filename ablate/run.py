@@ -29,8 +29,7 @@ def _sigterm_before_main(signum, frame) -> None:  # nothing has started yet: jus
 if __name__ == "__main__":  # SIGTERM while the imports below run
     signal.signal(signal.SIGTERM, _sigterm_before_main)
 
-import inspect  # noqa: E402
-import re  # noqa: E402
+import dataclasses  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ablate.errors import ConfigError  # noqa: E402
@@ -55,14 +54,18 @@ def _choices() -> dict[str, tuple]:
             "device": config.DEVICES}
 
 
+def _type_name(typ) -> str:
+    """A field's annotation as written (a string under `from __future__ import annotations`)."""
+    if isinstance(typ, str):
+        return typ
+    return typ.__name__ if isinstance(typ, type) else str(typ).replace("typing.", "")
+
+
 def _field_docs(cls) -> list[tuple[str, str, str]]:
-    """(name, type, comment) of every annotated field, read from the class source."""
-    out = []
-    for line in inspect.getsource(cls).splitlines():
-        m = re.match(r"^\s{4}(\w+): ([^=]+?)(?: = [^#]*)?(?:#\s*(.*))?$", line)
-        if m and not line.strip().startswith("def"):
-            out.append((m.group(1), m.group(2).strip(), (m.group(3) or "").strip()))
-    return out
+    """(name, type, doc) of every field of a config dataclass, the doc from the field's
+    `metadata["doc"]` (`ablate.config._doc`) with its whitespace and line breaks collapsed."""
+    return [(f.name, _type_name(f.type), " ".join(str(f.metadata.get("doc", "")).split()))
+            for f in dataclasses.fields(cls)]
 
 
 def _pretty(typ: str) -> str:
