@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _noise import noise_only
+from _packs import TIMING, TINY, TRI, close, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
@@ -14,15 +14,6 @@ from ablate.trial import packed as batched
 from ablate.trial.fit import lr_at
 from ablate.trial.graph import run_seed, run_trial_full
 
-TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
-TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
-TIMING = {"train_s", "eval_s", "peak_rss_mb"}
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
 
 def tiny(**kw) -> TrialConfig:
     base = dict(dataset="colors", data_params=TINY, epochs=4, seeds=(0, 1, 2), eval_every=2,
@@ -30,14 +21,6 @@ def tiny(**kw) -> TrialConfig:
     return TrialConfig(**{**base, **kw})
 
 
-def _close(a, b, key: str) -> bool:
-    if isinstance(b, float) and math.isnan(b):
-        return isinstance(a, float) and math.isnan(a)
-    if key in ("accuracy", "val_accuracy", "n_graphs", "seed", "split", "epoch", "status"):
-        return a == b
-    if isinstance(b, float):
-        return abs(a - b) <= 1e-4 * max(1.0, abs(b))
-    return a == b
 
 
 def _sequential(cfg: TrialConfig):
@@ -54,12 +37,12 @@ def _assert_matches(res, seq, seeds):
             a = got[b["split"]]
             assert a["batched_seeds"] == len(seeds)
             bad = {k: (a[k], b[k]) for k in b if k not in TIMING | {"acc_by_size", "gt_mass_curve"}
-                   and not _close(a[k], b[k], k)}
+                   and not close(a[k], b[k], k)}
             assert not bad, (seed, a["split"], bad)
         curves = [c for c in res.curves if c["seed"] == seed]
         assert len(curves) == len(ref.curves)
         for a, b in zip(curves, ref.curves):
-            assert all(_close(a[k], b[k], k) for k in b), (a, b)
+            assert all(close(a[k], b[k], k) for k in b), (a, b)
 
 
 @pytest.mark.parametrize("kw", [
@@ -98,7 +81,7 @@ def test_nan_in_one_seed_marks_only_that_seed(monkeypatch):
         got = {r["split"]: r for r in res.records if r["seed"] == seed}
         for b in ref.records:
             a = got[b["split"]]
-            assert a["accuracy"] == b["accuracy"] and _close(a["loss"], b["loss"], "loss")
+            assert a["accuracy"] == b["accuracy"] and close(a["loss"], b["loss"], "loss")
 
 
 def test_batched_runs_are_deterministic():
@@ -202,7 +185,7 @@ def _assert_batched_close(res, seq, seeds):
             a = got[b["split"]]
             bad = {k: (a[k], b[k]) for k in b if k not in TIMING | {"acc_by_size", "gt_mass_curve",
                                                                     "batched_seeds"}
-                   and not _close(a[k], b[k], k)}
+                   and not close(a[k], b[k], k)}
             assert not bad, (seed, a["split"], bad)
 
 

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from _noise import noise_only
+from _packs import CPU, TINY, TRI, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 
 from ablate.config import ConfigError, TrialConfig, resolve, validate
 from ablate.data import load_graphsets
@@ -18,15 +18,6 @@ from ablate.trial import packed as batched
 from ablate.trial.batches import TrainBatches
 from ablate.trial.fit import lr_at
 from ablate.trial.setup import shuffler
-
-TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
-TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
-CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def tiny(**kw) -> TrialConfig:
@@ -151,14 +142,6 @@ def test_a_replaced_buffer_is_recaptured_never_read_stale(replace, name):
         warnings.simplefilter("error")
         ps.run(idx)  # bound again: no further warning
 
-
-def test_set_gt_rewrites_the_captured_targets_in_place():
-    cfg = tiny(supervision="sup", epochs=3, lr_decay_epochs=())
-    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
-    train = TrainBatches(splits["train"], CPU)
-    before = train.dense.gt.data_ptr()
-    train.set_gt(train.gs.gt * 0.5)
-    assert train.dense.gt.data_ptr() == before
 
 
 def test_a_failed_capture_runs_that_shape_uncaptured():

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _packs import CPU, TIMING, TINY, close, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 from torch.func import vmap
 
 from ablate.config import TrialConfig, resolve, trial_id
@@ -20,15 +21,6 @@ from ablate.trial.batches import TrainBatches
 from ablate.trial.fit import fit
 from ablate.trial.graph import run_seed, run_trial_full
 from ablate.trial.setup import seeded_model
-
-TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
-TIMING = {"train_s", "eval_s", "peak_rss_mb"}
-CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def tiny(**kw) -> TrialConfig:
@@ -115,14 +107,6 @@ def test_graphnet_dropout_is_keyed_by_the_forward_and_off_in_eval():
 # ---------------------------------------------------------------- packed vs seed by seed
 
 
-def _close(a, b, key: str) -> bool:
-    if isinstance(b, float) and math.isnan(b):
-        return isinstance(a, float) and math.isnan(a)
-    if key in ("accuracy", "val_accuracy", "n_graphs", "seed", "split", "epoch", "status"):
-        return a == b
-    if isinstance(b, float):
-        return abs(a - b) <= 1e-4 * max(1.0, abs(b))
-    return a == b
 
 
 def _by_seed(res, seed):
@@ -136,11 +120,11 @@ def _assert_same(got, ref, seed, skip=()):
     for split, b in ra.items():
         a = ga[split]
         bad = {k: (a[k], b[k]) for k in b if k not in TIMING | {"acc_by_size", "gt_mass_curve", *skip}
-               and not _close(a[k], b[k], k)}
+               and not close(a[k], b[k], k)}
         assert not bad, (seed, split, bad)
     assert len(gc) == len(rc) > 0
     for a, b in zip(gc, rc):
-        assert all(_close(a[k], b[k], k) for k in b), (a, b)
+        assert all(close(a[k], b[k], k) for k in b), (a, b)
 
 
 def _sequential(cfg: TrialConfig) -> SimpleNamespace:

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from _packs import CPU, TINY, TRI, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 from torch.profiler import ProfilerActivity, profile
 
 from ablate.config import TrialConfig, resolve
@@ -16,15 +17,7 @@ from ablate.trial.evaluate import evaluate, pool_test_auc
 from ablate.trial.pack_eval import CURVE_KEYS, attention_auc_pack, pool_test_auc_pack, summarize_pack
 from ablate.trial.weak import leave_one_out_batch, weak_attention, weak_floor
 
-TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
-TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
 SYNCS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::is_nonzero")
-CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def tiny(**kw) -> TrialConfig:

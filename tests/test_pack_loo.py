@@ -5,6 +5,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from _packs import CPU, TINY, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
@@ -15,14 +16,7 @@ from ablate.trial.members import Member, MemberStack
 from ablate.trial.pack_loo import leave_one_out_attention_members, leave_one_out_members
 from ablate.trial.weak import leave_one_out_attention, leave_one_out_batch
 
-TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
-CPU = torch.device("cpu")
 ALIVE = [3, 0, 2]  # a strict subset, out of order
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def splits():

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _packs import tmp_cache  # noqa: F401 (autouse fixture)
 from test_batched import _assert_matches, _sequential, tiny
 
 from ablate.config import resolve
@@ -19,11 +20,6 @@ from ablate.trial.setup import model_sizes
 from ablate.trial.weak import MODEL_B_SEED, model_b_config, weak_targets
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def weak(**kw):

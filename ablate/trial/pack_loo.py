@@ -38,7 +38,7 @@ from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, eval_batches
 from ablate.trial.local_loo import loo_outputs_members, member_budget, supports_local_loo
 from ablate.trial.members import MemberStack
-from ablate.trial.weak import output_scores, weak_attention
+from ablate.trial.weak import output_scores, removal_copies, weak_attention
 
 CHUNK_ENTRIES = 16_000_000  # dense path: entries (copies' adjacency, operators, activations) per chunk
 
@@ -130,14 +130,10 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tenso
     full_out = torch.cat([run(ms, batch.x, graph) for ms in member_chunks])
     y_full, cls = output_scores(full_out, regression, None, target)  # (S, B)
     diff = torch.zeros(S, B, N, dtype=batch.x.dtype, device=dev)
-    eye = torch.eye(N, dtype=torch.bool, device=dev)
     for s in range(0, B, per_graph):
         sl = slice(s, min(B, s + per_graph))
         b = sl.stop - sl.start
-        mask = (batch.mask[sl].unsqueeze(1) & ~eye).reshape(b * N, N)  # (b*N, N) copy i drops i
-        x = batch.x[sl].unsqueeze(1).expand(b, N, N, C).reshape(b * N, N, C)
-        A = batch.A[sl].unsqueeze(1).expand(b, N, N, N).reshape(b * N, N, N)
-        x = x * mask.unsqueeze(-1).to(x.dtype)
+        x, A, mask = removal_copies(batch, sl)
         graph = shared_graph(A, mask)
         for ms in member_chunks:
             out = run(ms, x, graph)  # (s, b*N) or (s, b*N, O)

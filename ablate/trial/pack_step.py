@@ -99,7 +99,7 @@ class PackStep:
         self._graphs: dict[int, tuple] = {}  # batch size -> (replay, static index buffer)
         self._eager_runs: dict[int, int] = {}
         self._uncaptured: set[int] = set()  # batch sizes whose capture failed: run eagerly
-        self._bound: tuple = ()  # addresses of the buffers the captured graphs read
+        self._bound: list = []  # (name, object) of what the captured graphs read
 
     def set_lr(self, lr: float) -> None:
         for g in self.opt.param_groups:
@@ -108,44 +108,38 @@ class PackStep:
             else:
                 g["lr"] = lr
 
-    def buffers(self) -> tuple:
-        """(name, address, shape) of every tensor a captured step reads or updates in place:
-        the pre-collated split, the LR, parameters, Adam state, hyperparameters, `total`.
-        A graph replays the addresses it was captured with, so a buffer replaced since
-        (`TrainBatches.set_gt`, an LR group assigned a float, a re-created state tensor)
-        would be read stale: `run` compares this before every replay (host-side only)."""
-        out = []
+    def buffers(self) -> list[tuple[str, object]]:
+        """(name, object) of everything outside this step that a captured graph reads: the
+        pre-collated split and per-member targets, each LR group entry, the stack's
+        parameters and hyperparameters. A graph replays the addresses it was captured with,
+        so one replaced since (`TrainBatches.dense` rebuilt, an LR group assigned a float, a
+        parameter swapped in `stack.params`) would be read or updated stale. The step's own
+        tensors (Adam state, `total`, the dropout counter) are only ever changed in place."""
+        out: list[tuple[str, object]] = []
         dense = self.train.dense
         if dense is not None:
             out += [(f"train.{k}", getattr(dense, k)) for k in ("x", "A", "mask", "gt", "y")]
         if getattr(self.train, "member_gt", None) is not None:
             out.append(("train.member_gt", self.train.member_gt))
-        for i, g in enumerate(self.opt.param_groups):
-            out.append((f"lr[{i}]", g["lr"]))
-        out += [(f"param {k}", v) for k, v in self.train_p.items()]
-        out += [(f"fixed {k}", v) for k, v in self.fixed_p.items()]
+        out += [(f"lr[{i}]", g["lr"]) for i, g in enumerate(self.opt.param_groups)]
+        out += [(f"param {k}", v) for k, v in self.stack.params.items()]
         out += [(f"hyper {k}", v) for k, v in self.stack.hyper.items()]
-        for k, p in self.train_p.items():
-            for sk, sv in self.opt.state.get(p, {}).items():
-                out.append((f"adam {sk} of {k}", sv))
-        out.append(("total", self.total))
-        for k in ("dropout_seed", "step"):
-            if isinstance(getattr(self, k, None), Tensor):
-                out.append((k, getattr(self, k)))
-        return tuple((n, t.data_ptr(), tuple(t.shape)) if isinstance(t, Tensor) else (n, t, ())
-                     for n, t in out)
+        return out
 
     def _check_bound(self) -> None:
-        """Drop the captured graphs if a buffer they read was replaced (one warning)."""
+        """Drop the captured graphs if an object they read was replaced (one warning). An
+        identity check per object, on the host: a few microseconds per replay."""
         now = self.buffers()
-        if now == self._bound:
+        if len(now) == len(self._bound) and all(
+                x is y for (_, x), (_, y) in zip(now, self._bound)):
             return
-        changed = sorted({a[0] for a in set(now) ^ set(self._bound)})
+        was = dict(self._bound)
+        changed = sorted(n for n, x in now if was.get(n) is not x)
         warnings.warn(f"a buffer captured in the CUDA graph was replaced ({', '.join(changed)}); "
                       "re-capturing the step", RuntimeWarning, stacklevel=3)
         self._graphs.clear()
         self._eager_runs.clear()
-        self._bound = ()
+        self._bound = []
 
     def _body(self, idx: Tensor) -> None:
         b = _gather(self.train, idx, self.static)

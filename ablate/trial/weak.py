@@ -85,19 +85,27 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
     graph = Graph(batch.A, batch.mask)
     full, cls = output_scores(model(batch.x, graph).out, regression, None, target)  # (B,)
     diff = torch.zeros(B, N, dtype=batch.x.dtype, device=batch.x.device)
-    eye = torch.eye(N, dtype=torch.bool, device=batch.x.device)
     per_graph = max(1, chunk_entries // max(1, N ** 3))  # graphs whose N copies fit in a chunk
     for s in range(0, B, per_graph):
         sl = slice(s, min(B, s + per_graph))
         b = sl.stop - sl.start
-        mask = (batch.mask[sl].unsqueeze(1) & ~eye).reshape(b * N, N)  # (b*N, N) copy i drops i
-        x = batch.x[sl].unsqueeze(1).expand(b, N, N, C).reshape(b * N, N, C)
-        A = batch.A[sl].unsqueeze(1).expand(b, N, N, N).reshape(b * N, N, N)
-        x = x * mask.unsqueeze(-1).to(x.dtype)
+        x, A, mask = removal_copies(batch, sl)
         out = model(x, Graph(A, mask)).out
         y_loo, _ = output_scores(out, regression, cls[sl].repeat_interleave(N), target)
         diff[sl] = (y_loo.view(b, N) - full[sl].unsqueeze(1)).abs()
     return diff * batch.mask.to(diff.dtype)
+
+
+def removal_copies(batch: DenseBatch, sl: slice) -> tuple[Tensor, Tensor, Tensor]:
+    """Graphs `sl` of `batch` as N copies each, copy (b, i) without node i (its induced
+    subgraph G - i): x (b*N, N, C) zero on the removed node, A (b*N, N, N), mask (b*N, N)."""
+    _, N, C = batch.x.shape
+    b = len(range(*sl.indices(len(batch))))
+    eye = torch.eye(N, dtype=torch.bool, device=batch.x.device)
+    mask = (batch.mask[sl].unsqueeze(1) & ~eye).reshape(b * N, N)
+    x = batch.x[sl].unsqueeze(1).expand(b, N, N, C).reshape(b * N, N, C)
+    A = batch.A[sl].unsqueeze(1).expand(b, N, N, N).reshape(b * N, N, N)
+    return x * mask.unsqueeze(-1).to(x.dtype), A, mask
 
 
 def weak_attention(diff: Tensor, mask: Tensor, floor: float = 0.0) -> Tensor:

@@ -1,7 +1,10 @@
-"""Which parameters of a pack get only rounding noise as gradient (shared by packed-step tests)."""
+"""Shared by the packed-training tests: tiny dataset recipes, the dataset cache fixture,
+the record tolerance, and which parameters get only rounding noise as gradient."""
 
 import copy
+import math
 
+import pytest
 import torch
 
 from ablate.models.layers import Graph
@@ -11,6 +14,26 @@ from ablate.trial.batches import TrainBatches
 from ablate.trial.fit import task_loss
 
 CPU = torch.device("cpu")
+TINY = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))  # COLORS
+TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))  # TRIANGLES
+TIMING = {"train_s", "eval_s", "peak_rss_mb"}
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path_factory, monkeypatch):
+    """Datasets cached under the session's temporary folder (import it to use it)."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def close(a, b, key: str) -> bool:
+    """Record values equal: exact for counts and labels, 1e-4 relative for floats, NaN = NaN."""
+    if isinstance(b, float) and math.isnan(b):
+        return isinstance(a, float) and math.isnan(a)
+    if key in ("accuracy", "val_accuracy", "n_graphs", "seed", "split", "epoch", "status"):
+        return a == b
+    if isinstance(b, float):
+        return abs(a - b) <= 1e-4 * max(1.0, abs(b))
+    return a == b
 
 
 def noise_only(cfg, splits) -> set[str]:
