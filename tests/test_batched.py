@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _packs import TIMING, TINY, TRI, close, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
+from _packs import ATOL, TIMING, TINY, TRI, close, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 
 from ablate.config import TrialConfig, resolve
 from ablate.data import load_graphsets
@@ -126,7 +126,7 @@ def test_fixed_shape_step_equals_eager(kw):
     skip = noise_only(cfg, splits)  # the GNN scorer's last bias: rounding noise only
     for k in params[0]:
         if k not in skip:
-            torch.testing.assert_close(params[1][k], params[0][k], rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(params[1][k], params[0][k], rtol=1e-4, atol=ATOL)
     eager = run_trial_full(cfg.replace(step="eager"))
     for r in eager.records:
         r["step"] = "replay"  # the one column that differs

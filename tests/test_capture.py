@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from _packs import CPU, TINY, TRI, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
+from _packs import ATOL, CPU, TINY, TRI, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 
 from ablate.config import ConfigError, TrialConfig, resolve, validate
 from ablate.data import load_graphsets
@@ -95,7 +95,7 @@ def test_replayed_step_trains_the_eager_parameters_through_an_lr_decay(kw):
     assert len(skip) <= 2
     for k in eager:
         if k not in skip:
-            torch.testing.assert_close(replayed[k], eager[k], rtol=1e-4, atol=1e-5, msg=k)
+            torch.testing.assert_close(replayed[k], eager[k], rtol=1e-4, atol=ATOL, msg=k)
 
 
 def test_a_float_lr_would_be_frozen_by_the_capture():

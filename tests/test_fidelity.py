@@ -115,7 +115,7 @@ def test_weak_labels_use_the_raw_output_and_the_floor_only_on_tu():
         mask[0, i] = False
         x = b.x[g:g + 1] * mask.unsqueeze(-1)
         o = net(x, Graph(b.A[g:g + 1], mask)).out
-    assert logit[g, i].item() == pytest.approx(abs(o[0, cls[g]] - out[g, cls[g]]).item(), rel=1e-4)
+    assert logit[g, i].item() == pytest.approx(abs(o[0, cls[g]] - out[g, cls[g]]).item(), rel=1e-3, abs=1e-6)
     assert not torch.allclose(logit, prob)
     assert weak_floor(resolve(TrialConfig(dataset="proteins", backbone="gcn"))) == 1e-3
     assert weak_floor(resolve(TrialConfig(dataset="colors"))) == 0.0
