@@ -22,6 +22,7 @@ from analysis.figure_style import (
     hide_unused,
     median_band,
     most_frequent,
+    not_drawn,
     palette,
     panel_grid,
     percent_axis,
@@ -136,6 +137,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
         return []
     long = pd.DataFrame(recs, columns=["dataset", "split", "variant", "lo", "hi", "acc"])
     hue = most_frequent(long, "variant", variants)
+    left = not_drawn(long["variant"].unique(), hue)
     pal = palette(hue)
     datasets = sorted(long["dataset"].unique())
     style, ctx = theme()
@@ -169,7 +171,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
                    + (", interquartile band where a split has two or more bins" if lines else
                       "; one marker per (variant, split) and bin, no lines: each split covers "
                       "a single size bin")
-                   + f" ({split_styles(drawn, SPLIT_STYLES)}).", png, svg,
+                   + f" ({split_styles(drawn, SPLIT_STYLES)})." + left, png, svg,
                    {"styles": drawn})]
 
 
@@ -205,6 +207,7 @@ def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
     rows = [r for r, h in zip(zip(cols[0], cols[1], cols[2]), has) if h]
     meta = pd.DataFrame(rows, columns=["dataset", "split", "variant"])
     hue = most_frequent(meta, "variant", variants)
+    left = not_drawn(meta["variant"].unique(), hue)
     pal = palette(hue)
     datasets = sorted(meta["dataset"].unique())
     split_of = splits_of(meta, datasets)
@@ -231,7 +234,7 @@ def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
                 percent_axis(ax.yaxis)
         side_legend(fig, {v: handles[v] for v in hue if v in handles}, legend)
         png, svg = figure_style.save(fig, out, f"{study}__gt_mass")
-    return [Figure("gt_mass", caption, png, svg)]
+    return [Figure("gt_mass", caption + left, png, svg)]
 
 
 def _float(x: object) -> float:

@@ -16,10 +16,10 @@ import pandas as pd
 
 from analysis import figure_style, stats
 from analysis.figure_style import (
-    MAX_HUE,
     Figure,
     epoch_axis,
     most_frequent,
+    not_drawn,
     palette,
     panel_grid,
     percent_axis,
@@ -47,7 +47,7 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
                and np.isfinite(c[m].to_numpy(dtype=float)).any()]
     if c.empty or not metrics:
         return []
-    notes = []
+    notes, left = [], ""
     have = c[["trial_id", "seed"]].drop_duplicates()
     if len(have) < len(runs):
         notes.append(f"{len(runs) - len(have)} of {len(runs)} runs have no per-epoch curves")
@@ -71,7 +71,9 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
         title = "init quality"
     else:
         c = c.assign(group=c["variant"])
-        order = most_frequent(c, "group", variants)
+        order = most_frequent(c.drop_duplicates(["trial_id", "seed"]), "group", variants)
+        left = not_drawn(c["group"].unique(), order)
+        c = c[c["group"].isin(order)]
         title = "variant"
     n_runs = c.drop_duplicates(["trial_id", "seed"]).groupby("group").size()
     pal = palette(order)
@@ -111,6 +113,7 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
                     f"per group).")
     if notes:
         caption += " Left out: " + "; ".join(notes) + "."
+    caption += left
     return [Figure("dynamics", caption, png, svg, {"grouped_by": title})]
 
 
@@ -140,7 +143,8 @@ def sdc_dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
     q = c.groupby(["dataset", "variant", "epoch"])[names].quantile([0.25, 0.5, 0.75])
     present = set(zip(q.index.get_level_values(0), q.index.get_level_values(1)))
     datasets = sorted(c["dataset"].unique())
-    hue = [v for v in variants if v in set(c["variant"].unique())][:MAX_HUE]
+    hue = most_frequent(c.drop_duplicates(["trial_id", "seed"]), "variant", variants)
+    left = not_drawn(c["variant"].unique(), hue)
     pal = palette(hue)
     style, ctx = theme()
     with style, ctx:
@@ -165,4 +169,4 @@ def sdc_dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
         png, svg = figure_style.save(fig, out, f"{study}__dynamics")
     return [Figure("sdc_dynamics", "Fractions of training mosaics per epoch: FTPT (focus on the "
                    "true foreground and prediction true), FFPT, FTPF, FFPF; median and "
-                   "interquartile band over runs (Pandey et al.).", png, svg)]
+                   "interquartile band over runs (Pandey et al.)." + left, png, svg)]

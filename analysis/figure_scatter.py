@@ -37,6 +37,7 @@ from analysis.figure_style import (
     hide_unused,
     marker_size,
     most_frequent,
+    not_drawn,
     palette,
     panel_grid,
     percent_axis,
@@ -72,8 +73,11 @@ def acc_vs_auc(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
         return []
     label, colours = _hue_labels(d, hue, variants)
     d = d.assign(_c=label.to_numpy(dtype=object))
+    left = not_drawn(d["_c"].unique(), colours, "colour groups")
+    d = d[d["_c"].isin(colours)]  # what is not drawn feeds no r and no fit either
     by_axis = hue is not None and hue in d.columns
-    shapes = most_frequent(d, "variant", variants) if by_axis else []
+    shapes = sorted(d["variant"].unique(), key=lambda v: variants.index(v) if v in variants
+                    else len(variants)) if by_axis else []
     marker = {v: MARKERS[i] for i, v in enumerate(shapes)} if len(shapes) <= len(MARKERS) else {}
     datasets = sorted(d["dataset"].unique())
     split_of = splits_of(d, datasets)
@@ -120,7 +124,7 @@ def acc_vs_auc(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
                    f"values spanning ≥ {100 * stats.MIN_FIT_SPAN:.0f} AUC points, ≥ "
                    f"{stats.MIN_FIT_DISTINCT} distinct accuracies and at most half the runs at "
                    f"one accuracy. " + _missing(fits, "r_reason", "No r") + " "
-                   + _missing(fits, "reason", "No fit"), png, svg,
+                   + _missing(fits, "reason", "No fit") + left, png, svg,
                    {"fits": fits, "hue": hue if by_axis else "variant"})]
 
 

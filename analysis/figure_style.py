@@ -119,6 +119,16 @@ def most_frequent(df: pd.DataFrame, col: str, order: list[str] | None = None) ->
     return [k for k in base if k in keep]
 
 
+def not_drawn(present: object, drawn: list[str], what: str = "variants") -> str:
+    """Caption sentence naming the groups a figure leaves out beyond its MAX_HUE colours
+    (" Not drawn: ...", with the reason), or "" when every group present is drawn."""
+    rest = sorted({str(v) for v in present} - {str(v) for v in drawn})
+    if not rest:
+        return ""
+    return (f" Not drawn ({len(rest)} {what} beyond the {MAX_HUE} most frequent that a "
+            f"legend can tell apart; no statistic uses them): {', '.join(rest)}.")
+
+
 def panel_grid(n_rows: int, n_cols: int, w: float = 3.6, h: float = 3.0,
                sharey: bool = True) -> tuple[plt.Figure, np.ndarray]:
     """A figure of n_rows x n_cols panels of w x h inches (axes always 2-D)."""

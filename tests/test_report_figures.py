@@ -285,3 +285,37 @@ def test_acc_by_size_caption_names_the_lines_it_draws(drawn, tmp_path):
     (f,) = figures.acc_by_size(ok, tmp_path, "s", ["ChebyGIN unsup"])
     assert "ORIG: solid lines with circles" in f.caption and "LARGE: squares only" in f.caption
     assert "dotted" not in f.caption
+
+
+def _many_variants(n_variants: int, per: int = 3) -> pd.DataFrame:
+    """`per` runs of each of `n_variants` variants; variant 'v0' has the most runs."""
+    rows = []
+    for v in range(n_variants):
+        for s in range(per + (2 if v == 0 else 0)):
+            rows.append(trial_record(trial_id=f"v{v}", seed=s, split="test_orig",
+                                     attn_auc_l0=0.5 + 0.02 * s + 0.01 * v,
+                                     accuracy=0.3 + 0.05 * s + 0.02 * v))
+    ok = add_variant(pd.DataFrame(rows))
+    return ok.assign(variant=ok["trial_id"])
+
+
+def test_groups_beyond_the_legend_are_named_and_feed_no_statistic(drawn, tmp_path):
+    """12 variants, 10 colours: the two not drawn are named in the caption, and the panel's
+    r and fit are computed on the drawn runs only."""
+    ok = _many_variants(figure_style.MAX_HUE + 2)
+    order = [f"v{i}" for i in range(figure_style.MAX_HUE + 2)]
+    (f,) = figures.acc_vs_auc(ok, tmp_path, "s", order)
+    drawn_vs = figure_style.most_frequent(ok, "variant", order)
+    left = sorted(set(order) - set(drawn_vs))
+    assert len(left) == 2 and "Not drawn (2 colour groups" in f.caption
+    assert all(v in f.caption.split("Not drawn")[1] for v in left)
+    points = sum(len(c.get_offsets()) for ax in drawn[0].axes for c in ax.collections)
+    assert points == len(ok[ok["variant"].isin(drawn_vs)])
+    assert f"n = {points}" in _texts(drawn[0])
+    curves = pd.DataFrame([{"trial_id": r.trial_id, "seed": r.seed, "epoch": e,
+                            "val_accuracy": 0.1 * e, "val_auc": 0.6}
+                           for r in ok.itertuples() for e in (1, 2)])
+    (d,) = figures.dynamics(ok.assign(cos_p_init=np.nan), curves, tmp_path, "s", order)
+    assert "Not drawn (2 variants" in d.caption and all(v in d.caption for v in left)
+    assert figures.acc_vs_auc(_many_variants(3), tmp_path, "t", order)[0].caption.count(
+        "Not drawn") == 0
