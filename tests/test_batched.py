@@ -60,7 +60,10 @@ def test_batched_equals_sequential(kw):
     _assert_matches(run_trial_full(cfg), _sequential(cfg), r.seeds)
 
 
-def test_nan_in_one_seed_marks_only_that_seed(monkeypatch):
+@pytest.mark.parametrize("step", ["eager", "replay"])
+def test_nan_in_one_seed_marks_only_that_seed(monkeypatch, step):
+    """Eager, or replayed (fixed shapes, the step a CUDA graph captures): only the member that
+    goes NaN is marked `nan`; the others train as they would alone."""
     init = batched.MemberStack.__init__
 
     def poisoned(self, *a, **kw):
@@ -69,7 +72,7 @@ def test_nan_in_one_seed_marks_only_that_seed(monkeypatch):
             v[1].fill_(math.nan)  # seed index 1 starts from NaN parameters
 
     monkeypatch.setattr(batched.MemberStack, "__init__", poisoned)
-    cfg = tiny(supervision="sup")
+    cfg = tiny(supervision="sup", step=step)
     res = run_trial_full(cfg)
     status = {(r["seed"], r["split"]): r["status"] for r in res.records}
     assert {k: v for k, v in status.items() if k[0] == 1} == {
@@ -178,7 +181,10 @@ def test_pack_of_configurations_equals_separate_trials():
         _assert_batched_close(res, _sequential(cfg), r.seeds)
 
 
-def _assert_batched_close(res, seq, seeds):
+def _assert_batched_close(res, seq, seeds, graphs: int = 0):
+    """Records equal (`close`); with `graphs` > 0, accuracies may differ by that many graphs
+    of the split (two paths that pad differently can put a node at the threshold on either
+    side of it), and the metrics that follow from kept nodes by 1e-2."""
     for seed, ref in zip(seeds, seq):
         got = {r["split"]: r for r in res.records if r["seed"] == seed}
         for b in ref.records:
@@ -186,6 +192,11 @@ def _assert_batched_close(res, seq, seeds):
             bad = {k: (a[k], b[k]) for k in b if k not in TIMING | {"acc_by_size", "gt_mass_curve",
                                                                     "batched_seeds"}
                    and not close(a[k], b[k], k)}
+            if graphs:
+                n = max(1, int(b.get("n_graphs") or 1))
+                bad = {k: v for k, v in bad.items() if not (
+                    isinstance(v[1], float) and abs(v[0] - v[1]) <= (
+                        graphs / n if "accuracy" in k else 1e-2 * max(1.0, abs(v[1]))))}
             assert not bad, (seed, a["split"], bad)
 
 
@@ -215,7 +226,7 @@ def test_cuda_replay_equals_cuda_eager():
     cfg = tiny(supervision="sup", device="cuda")
     _assert_batched_close(run_trial_full(cfg.replace(step="replay")),
                           _split_by_seed(run_trial_full(cfg.replace(step="eager")), cfg.seeds),
-                          cfg.seeds)
+                          cfg.seeds, graphs=2)
 
 
 @needs_cuda

@@ -80,7 +80,7 @@ from ablate.trial.pack_eval import (
 from ablate.trial.pack_loo import leave_one_out_attention_members, leave_one_out_members
 from ablate.trial.pack_step import PackStep
 from ablate.trial.provenance import peak_rss_mb
-from ablate.trial.setup import init_cosine, model_sizes, shuffler
+from ablate.trial.setup import init_cosines, model_sizes, shuffler
 from ablate.trial.weak import MODEL_B_SEED, model_b_config, weak_attention, weak_floor
 
 EVAL_ENTRIES = 50_000_000  # feature entries (members x graphs x nodes x channels) per vmapped eval
@@ -275,7 +275,7 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     weak_failed = (_weak_member_targets(members, splits, train, device, in_ch, out_ch)
                    if cfg.supervision == "weak" else {})  # model B first: per-member targets
     stack = MemberStack(members, in_ch, out_ch, device)
-    cos_p = [init_cosine(m, cfg.dataset, in_ch) for m in stack.models]
+    cos_p = init_cosines(stack.models, cfg.dataset, in_ch)  # one transfer for the pack
     val = eval_batches(splits["val"], cfg.test_batch_size, device)
     every = cfg.eval_every or max(1, cfg.epochs // 50)
 

@@ -87,3 +87,17 @@ def init_cosine(model: GraphNet, dataset: str, in_channels: int) -> float:
     if p_init is None or p_opt is None or p_init.numel() != in_channels:
         return math.nan
     return cosine(p_init[: p_opt.numel()], p_opt)
+
+
+def init_cosines(models: list[GraphNet], dataset: str, in_channels: int) -> list[float]:
+    """`init_cosine` of every member of a pack, computed on their device with one transfer
+    (members share a config: either all have a plain projection p or none has)."""
+    p_opt = optimal_projection(dataset, in_channels)
+    ps = [m.first_projection() for m in models]
+    if p_opt is None or any(p is None or p.numel() != in_channels for p in ps):
+        return [init_cosine(m, dataset, in_channels) for m in models]  # NaN: no host read
+    P = torch.stack([p.detach().reshape(-1)[: p_opt.numel()] for p in ps]).double()  # (S, C-1)
+    o = p_opt.to(P.device, torch.float64)
+    den = P.norm(dim=1) * o.norm()
+    return torch.where(den > 0, P @ o / den, torch.full_like(den, math.nan)).tolist()
+
