@@ -317,13 +317,18 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
     """Hash of the resolved config (minus study, device, step) plus the dataset recipe hash.
 
     Device and step change float rounding only, so a trial keeps its id (and its stored
-    result) wherever and however it ran. An axis of `ADDED_AXES` at its earlier behaviour
-    is left out, so adding an axis does not rename the trials stored before it. A trial
-    with dropout also hashes `DROPOUT_RNG`, the way its masks are drawn.
+    result) wherever and however it ran; so does the mirror its raw files came from
+    (``data.url``; ``data.path`` stays hashed, as it always was). An axis of `ADDED_AXES`
+    at its earlier behaviour is left out, so adding an axis does not rename the trials
+    stored before it. A trial with dropout also hashes `DROPOUT_RNG`, the way its masks
+    are drawn.
     """
     a = axes(cfg)
     for k in EXECUTION_FIELDS:
         a.pop(k)
+    if "url" in dict(cfg.data_params):  # a mirror of checksummed files: not identity (new key)
+        a["data_params"] = json.dumps({k: v for k, v in cfg.data_params if k != "url"},
+                                      sort_keys=True, default=str)
     for k, before in ADDED_AXES.items():
         if a[k] == before:
             del a[k]

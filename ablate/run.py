@@ -177,9 +177,11 @@ def _main(argv: list[str]) -> int:
         if options["dry_run"]:  # a run makes these checks itself (run_study), before Ray
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
-            check_data_paths(study)
+            notes = check_data_paths(study)
             writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2
             print(dry_run(study, options))
+            for note in notes:
+                print(f"note: {note}")
             if not writable:
                 print(f"note: {Path(options['results_dir']) / study.name} is read-only: a run "
                       "can only re-check it")

@@ -67,13 +67,35 @@ def test_tu_study_is_the_reference_recipe():
     assert len({c.seeds for c in cfgs}) == 10
 
 
+def test_tu_study_draws_a_split_per_seed_and_keeps_collab_init():
+    """study=tu as the reference runs it: every run its own data seed (here split_seed = seed),
+    so the ten runs of a row see ten splits; COLLAB's weak row keeps the framework's init."""
+    from ablate.runner.study import build_study
+
+    study, _ = build_study("tu")
+    for dataset in ("proteins", "dd", "collab"):
+        rows = [t for t in study.trials if t.dataset == dataset]
+        assert all(dict(t.data_params)["split_seed"] == t.config.seeds[0] for t in rows)
+        assert len({t.data_hash for t in rows}) == 10 and all(len(t.config.seeds) == 1 for t in rows)
+    weak = {t.dataset: t.config.init_dist for t in study.trials if t.config.pool_layers}
+    assert weak == {"proteins": "normal", "dd": "normal", "collab": "default"}
+    fixed, _ = build_study("tu", ["data.split_seed=111"])  # one split for all: still possible
+    assert {dict(t.data_params)["split_seed"] for t in fixed.trials} == {111}
+
+
+def test_tu_split_seed_changes_the_split(tu_dir):
+    kw = dict(max_train_nodes=10, n_train_val=4, val_fraction=0.25)
+    held_out = {tuple(tu.proteins(str(tu_dir), split_seed=s, **kw)["test_large"].num_nodes)
+                for s in range(4)}  # the graph sizes are distinct: they name the graphs
+    assert len(held_out) > 1
+
+
 def test_tu_search_spec_tunes_the_reference_space(tu_dir):
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     from ablate.runner.search import arm_config, build_space, final_jobs, load_search_spec
 
-    with pytest.raises(ConfigError, match="data.path"):
-        load_search_spec("tu_search", [])
+    assert load_search_spec("tu_search", []).data == {}  # no data.path: downloaded on first use
     with pytest.raises(ConfigError, match="final_data"):
         load_search_spec("tu_search", [f"data.path={tu_dir}", "data.final=true"])
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}"])
@@ -92,6 +114,12 @@ def test_tu_search_spec_tunes_the_reference_space(tu_dir):
     assert (jobs["tuned"].threshold, jobs["tuned"].scorer, jobs["tuned"].K) == (0.005, "fc_hidden", 3)
     assert jobs["global_pool"].pool_layers == () and jobs["tuned"].pool_layers == (3,)
     assert all(c.data_kwargs["final"] is True and len(c.seeds) == 10 for c in jobs.values())
+    # COLLAB keeps the framework's init of p (reference: --scale None, no --tune_init)
+    collab = arm_config(spec, "collab_weak")
+    assert collab.init_dist == "default" and not {"init_dist", "init_scale"} & set(
+        build_space(spec.search, collab))
+    assert (jobs["tuned"].init_dist, jobs["reference"].init_dist) == ("default", "default")
+    assert final_jobs(spec, "proteins_weak", {"params": {}})["reference"].init_dist == "normal"
 
 
 def test_cv_folds_partition_train_and_val(tu_dir):

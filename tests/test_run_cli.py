@@ -64,7 +64,7 @@ def test_dry_run_prints_trial_table_and_count(capsys, tmp_path):
     (["study=smoke", "epochs=-1"], ["epochs"]),
     (["study=smoke", "seed=a,b"], ["seeds must be"]),
     (["study=smoke", "backbone=gin", "K=2"], ["K = 1"]),
-    (["study=mnist"], ["needs data.path=VALUE"]),
+    (["study=mnist", "data.url=not-a-url"], ["data.url 'not-a-url' is not a URL"]),
     (["study=smoke", "study=smoke", "dry_run=true", "data.n_colors=1"], ["n_colors"]),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, words):

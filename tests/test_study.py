@@ -127,10 +127,16 @@ def test_unknown_study_names_the_valid_ones():
         build_study("nope")
 
 
-def test_required_value_must_be_given():
+def test_required_value_must_be_given(tmp_path):
+    d = _write(tmp_path, "needs", """
+description: test
+fixed: {dataset: mnist_sp}
+data:
+  path: ???
+""")
     with pytest.raises(ConfigError, match=r"needs data.path=VALUE"):
-        build_study("mnist")
-    study, _ = build_study("mnist", ["dataset=digits_sp", "~data.path"])
+        build_study("needs", directory=d)
+    study, _ = build_study("needs", ["dataset=digits_sp"], directory=d)  # digits take no path
     assert {t.config.dataset for t in study.trials} == {"digits_sp"}
 
 

@@ -78,8 +78,9 @@ def test_offline_digits_need_no_path(capsys, tmp_path):
     assert main(["study=mnist", "dataset=digits_sp", "dry_run=true",
                  f"results_dir={tmp_path}"]) == 0
     assert "90 trials" in capsys.readouterr().out
+    # MNIST itself is downloaded on first use; the tests' URL is a closed loopback port
     _one_line_error(capsys, ["study=mnist", "dry_run=true", f"results_dir={tmp_path}"],
-                    "data.path")
+                    "cannot download http://127.0.0.1:9/", "by hand", "data.path")
 
 
 def test_too_many_cpus_refused_before_ray_and_plan_kept(capsys, tmp_path):

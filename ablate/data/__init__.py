@@ -4,7 +4,10 @@
 as lists of `torch_geometric.data.Data` (x, edge_index, y, gt, num_nodes).
 `load_graphsets` returns the same splits in the compact `GraphSet` form that
 training uses. Both generate a recipe once and then read it from the on-disk
-cache (see `ablate.data.cache`).
+cache (see `ablate.data.cache`). MNIST-75SP and the TU data sets are built from raw
+files that are fetched and checked first when the data folder lacks them
+(`ablate.data.download`; `path` and `url` say where the files are, not what the data
+is, so neither is part of the cache key).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # PyG costs ~3 s to import: only where Data objects are made
     from torch_geometric.data import Data
 
+from ablate.data import download
 from ablate.data.cache import cache_path, load_splits, recipe_hash, save_splits
 from ablate.data.graphs import GraphSet
 from ablate.errors import ConfigError, choice_error
@@ -49,26 +53,33 @@ def dataset_params(name: str) -> set[str]:
     """Names of the recipe parameters dataset `name` takes (its generator's keywords)."""
     if name not in DATASETS:
         raise choice_error("dataset", name, DATASETS)
-    sig = inspect.signature(_registry()[name])
-    return {k for k, p in sig.parameters.items()
-            if p.default is not inspect.Parameter.empty and k != "progress"}
+    return set(_defaults(name))
 
 
 def resolve_params(name: str, params: dict | None = None) -> dict:
     """The generator's defaults updated with `params`; unknown names raise `ConfigError`."""
     if name not in DATASETS:
         raise choice_error("dataset", name, DATASETS)
-    fn = _registry()[name]
-    sig = inspect.signature(fn)
-    defaults = {k: p.default for k, p in sig.parameters.items()
-                if p.default is not inspect.Parameter.empty and k != "progress"}
+    defaults = _defaults(name)
     params = dict(params or {})
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ConfigError(f"unknown parameter(s) {unknown} for dataset {name!r}; "
                           f"valid: {', '.join(sorted(defaults))}")
     resolved = {**defaults, **params}
+    if resolved.get("url") is not None:
+        resolved["url"] = download.check_url(resolved["url"])
     return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
+
+
+def _defaults(name: str) -> dict:
+    """The generator's keyword defaults, plus `url` (a mirror's base URL) for downloaded data."""
+    sig = inspect.signature(_registry()[name])
+    out = {k: p.default for k, p in sig.parameters.items()
+           if p.default is not inspect.Parameter.empty and k != "progress"}
+    if download.downloadable(name):
+        out["url"] = None
+    return out
 
 
 def dataset_recipe_hash(name: str, params: dict | None = None) -> str:
@@ -77,9 +88,9 @@ def dataset_recipe_hash(name: str, params: dict | None = None) -> str:
 
 
 def _hashable(name: str, params: dict) -> dict:
-    """The cache key: parameters without the path (where data lives is not what it is),
+    """The cache key: parameters without the path and url (where data lives is not what it is),
     plus a digest of the generator's source, so a changed generator never reads old data."""
-    key = {k: v for k, v in params.items() if k != "path"}
+    key = {k: v for k, v in params.items() if k not in ("path", "url")}
     key["_code"] = _generator_digest(name)
     return key
 
@@ -107,7 +118,11 @@ def load_graphsets(name: str, progress: bool = False, **params) -> dict[str, Gra
             return load_splits(path)
         except Exception:  # a foreign or damaged cache file: rebuild it
             path.unlink(missing_ok=True)
-    splits = _registry()[name](progress=progress, **resolved)
+    kwargs = {k: v for k, v in resolved.items() if k != "url"}
+    if download.downloadable(name):  # raw files fetched and checked on first use
+        kwargs["path"] = str(download.ensure_files(name, resolved.get("path"), resolved.get("url"),
+                                                   progress))
+    splits = _registry()[name](progress=progress, **kwargs)
     save_splits(path, splits, {"name": name, "params": resolved})
     return splits
 

@@ -281,16 +281,38 @@ def prepare_datasets(trials: list[Trial], progress: bool = True) -> dict[str, li
     return splits
 
 
-def check_data_paths(study: Study) -> None:
-    """A dataset folder named by ``data.path`` that does not exist: one ConfigError (dry runs;
-    a run finds it when it loads the data, before Ray starts)."""
+def check_data_paths(study: Study) -> list[str]:
+    """Dry runs: a dataset folder named by ``data.path`` that does not exist, a half-filled
+    or unwritable data folder, raw files that cannot be downloaded: one ConfigError (a run
+    finds the same when it prepares the data, before Ray starts). Returns a note per
+    download a run would make."""
+    from ablate.data import dataset_cache_path, download
+
+    notes: list[str] = []
+    seen = set()
     for t in study.trials:
-        path = dict(t.data_params).get("path") if _reads_local_files(t) else None
-        if path is not None and not Path(path).expanduser().exists():
-            raise ConfigError(f"dataset {t.dataset}: data.path {str(path)!r} does not exist "
-                              "(dataset parameters are set as data.KEY=VALUE)")
+        params = dict(t.data_params)
+        if not _reads_local_files(t) or t.data_hash in seen:
+            continue
+        seen.add(t.data_hash)
+        try:
+            if download.downloadable(t.dataset):
+                if not dataset_cache_path(t.dataset, params).exists():
+                    note = download.check_files(t.dataset, params.get("path"), params.get("url"))
+                    if note and note not in notes:
+                        notes.append(note)
+            elif not Path(params["path"]).expanduser().exists():
+                raise ConfigError(f"data.path {str(params['path'])!r} does not exist")
+        except ConfigError as e:
+            raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
+                              "data.KEY=VALUE)") from None
+    return notes
 
 
 def _reads_local_files(t: Trial) -> bool:
-    """Whether the trial's dataset is read from a local path (it may fail on a bad path)."""
-    return t.data_hash is not None and dict(t.data_params).get("path") is not None
+    """Whether the trial's dataset is read from local or downloaded files (it may fail on a
+    bad path or without a network): prepared before Ray starts."""
+    from ablate.data.download import downloadable
+
+    return t.data_hash is not None and (dict(t.data_params).get("path") is not None
+                                        or downloadable(t.dataset))

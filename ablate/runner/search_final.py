@@ -72,6 +72,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     def _run(cfg):
         if cache:
             os.environ["ABLATE_CACHE"] = cache
+        os.environ["ABLATE_DOWNLOAD"] = "0"  # never download here: the driver prepared the data
         return run_trial_full(cfg)
 
     todo = {role: _run.remote(jobs[role]) for role in jobs if ids[role] not in done}

@@ -180,6 +180,7 @@ def search_trainable(config: dict, base: dict) -> None:
 
     if base.get("cache_dir"):
         os.environ["ABLATE_CACHE"] = base["cache_dir"]
+    os.environ["ABLATE_DOWNLOAD"] = "0"  # never download here: the driver prepared the data
     torch.set_num_threads(max(1, int(base["cpus"])))
     prepare_process()
     params = {k: config[k] for k in PARAMS if k in config}

@@ -160,8 +160,14 @@ def _drop_unused_required(kind: str, axes: dict) -> dict:
             if not (k.startswith("data.") and v == "???" and k[5:] not in takes)}
 
 
+# ``data.KEY: seed`` in a study: the dataset parameter takes each trial's own seed (such a
+# study trains one seed per trial), as the reference draws a fresh TU split per run
+PER_SEED = "seed"
+
+
 def expand(spec: StudySpec) -> list[Trial]:
-    """Every trial of the study: variants x grid x seed chunks, resolved, deduplicated."""
+    """Every trial of the study: variants x grid x seed chunks, resolved, deduplicated;
+    a ``data.KEY: seed`` parameter gives every seed its own trial and that seed as value."""
     grid_keys = list(spec.grid)
     combos = [dict(zip(grid_keys, c)) for c in itertools.product(*spec.grid.values())]
     fixed = {("data." + k): v for k, v in spec.data.items()}
@@ -178,8 +184,10 @@ def expand(spec: StudySpec) -> list[Trial]:
             if missing:
                 raise ConfigError(f"study {spec.name} needs {missing[0]}=VALUE on the command "
                                   "line")
-            for seeds in chunks:
-                cfg = make_config(spec.kind, {**base, "study": spec.name, "seeds": seeds})
+            per_seed = [k for k, v in base.items() if k.startswith("data.") and v == PER_SEED]
+            for chunk in ([(s,) for s in seeds] if per_seed else chunks):
+                own = {k: chunk[0] for k in per_seed}  # e.g. a TU split drawn per run
+                cfg = make_config(spec.kind, {**base, **own, "study": spec.name, "seeds": chunk})
                 t = make_trial(spec.kind, cfg)
                 trials.setdefault(t.trial_id, t)
     return list(trials.values())

@@ -2,7 +2,8 @@
 
 Ray pickles `trainable` by reference, so it stays at ``ablate.runner.worker.trainable``.
 A worker loads the dataset from the on-disk cache (on a node without the cache
-file it first writes the driver's copy, shipped through the object store), runs
+file it first writes the driver's copy, shipped through the object store; it never
+downloads raw files), runs
 the trial kind's function on the pack's trials and reports each attempt as one
 Tune result. A trial that raises or returns NaN is retried here, in the same
 warm worker, unless its error is one a retry cannot fix (`_retryable`).
@@ -117,6 +118,7 @@ def trainable(config: dict, blobs: dict | None = None) -> None:
     p = config["trial"]
     if p.get("cache_dir"):
         os.environ["ABLATE_CACHE"] = p["cache_dir"]
+    os.environ["ABLATE_DOWNLOAD"] = "0"  # never download here: the driver prepared the data
     gpu_ids = ray.get_gpu_ids()
     if not gpu_ids:  # no GPU assigned: never touch one another trial may hold (device=auto)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
