@@ -213,10 +213,13 @@ def verify(study, options) -> int:
     from ablate.runner.store import Store
 
     store = Store(options["results_dir"], study.name)
-    status, problems = store.check()
+    got = store.inspect()
+    status, problems = got.status, got.problems
     n = len(store.trial_files())
     for p in problems:
         print(p)
+    for line in schema_versions(got.versions, got.curve_versions):
+        print(line)
     planned = {t.trial_id for t in study.trials}
     ok = {t for t, s in status.items() if s == "ok"} & planned
     failed = {t for t, s in status.items() if s != "ok"} & planned
@@ -228,6 +231,23 @@ def verify(study, options) -> int:
     if problems:
         return VERIFY_CORRUPT
     return VERIFY_INCOMPLETE if ok != planned else 0
+
+
+def schema_versions(trials: dict[Path, int], curves: dict[Path, int]) -> list[str]:
+    """`verify`'s lines on the schema version of every readable file: one line per version
+    with its count of trial and curves files; files of an older version are named."""
+    from result_store.schema import VERSION
+
+    lines = []
+    for v in sorted(set(trials.values()) | set(curves.values()), reverse=True):
+        files = sorted(p for d in (trials, curves) for p, x in d.items() if x == v)
+        nt, nc = sum(x == v for x in trials.values()), sum(x == v for x in curves.values())
+        what = ("current" if v == VERSION else
+                "before the declared schema: read through the compatibility path" if v == 0 else
+                "older")
+        named = f": {', '.join(map(str, files))}" if v != VERSION else ""
+        lines.append(f"schema v{v} ({what}): {nt} trial file(s), {nc} curves file(s){named}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from analysis import figure_style
 from analysis.figure_style import (
@@ -33,8 +35,8 @@ from analysis.figure_style import (
     theme,
 )
 from analysis.formatting import TEST_SPLITS, column_name, dataset_name
-from analysis.json_columns import json_table, json_value
 from analysis.load import layer_columns
+from result_store.schema import ACC_BY_SIZE, MASS_CURVE
 
 # line style and marker of each test split in the curve figures (captions name them)
 SPLIT_STYLES = {"test_orig": ("-", "o"), "test_large": ("--", "s"), "test_largec": (":", "^")}
@@ -96,33 +98,25 @@ def ratio_kept(ok: pd.DataFrame, out: Path, study: str) -> list[Figure]:
                    f"runs ({split_styles(drawn, SPLIT_STYLES)}).", png, svg)]
 
 
-def _size_bins(cols: list[list]) -> list[tuple]:
-    """(dataset, split, variant, lo, hi, accuracy) per size bin of every row."""
-    import pyarrow.compute as pc
+def _nested(s: pd.Series, type_: pa.DataType) -> pa.Array:
+    """A nested column as one Arrow array: as the loader gives it (`pd.ArrowDtype`), or from
+    Python lists of dicts (a frame built by hand; NaN or None: null)."""
+    if isinstance(s.dtype, pd.ArrowDtype):
+        return s.array.__arrow_array__().combine_chunks()
+    return pa.array(s.tolist(), type=type_, from_pandas=True)
 
-    tab = json_table(cols[3], wrap="b") if cols[3] else None
-    if tab is not None and "b" in tab.column_names:
-        col = tab.column("b").combine_chunks()
-        try:
-            bins = pc.list_flatten(col)
-            parent = pc.list_parent_indices(col).to_numpy()
-            lengths = pc.list_value_length(bins).to_numpy(zero_copy_only=False)
-            if len(lengths) and (lengths == lengths[0]).all() and lengths[0] >= 3:
-                vals = pc.list_flatten(bins).to_numpy(zero_copy_only=False).astype(float)
-                vals = vals.reshape(-1, int(lengths[0]))
-                return [(cols[0][i], cols[1][i], cols[2][i], int(v[0]), int(v[1]), float(v[2]))
-                        for i, v in zip(parent.tolist(), vals) if np.isfinite(v[2])]
-            if not len(lengths):
-                return []
-        except (TypeError, ValueError, NotImplementedError):
-            pass
-    recs = []
-    for ds_, sp, v, s in zip(*cols):
-        bins = json_value(s)
-        for b in bins if isinstance(bins, list) else ():
-            if isinstance(b, list) and len(b) >= 3 and b[2] is not None:
-                recs.append((ds_, sp, v, int(b[0]), int(b[1]), float(b[2])))
-    return recs
+
+def _size_bins(d: pd.DataFrame) -> list[tuple]:
+    """(dataset, split, variant, lo, hi, accuracy) per size bin of every row."""
+    arr = _nested(d["acc_by_size"], ACC_BY_SIZE)
+    bins = pc.list_flatten(arr)
+    parent = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+    lo, hi, acc = (bins.field(f).to_numpy(zero_copy_only=False).astype(float)
+                   for f in ("lo", "hi", "accuracy"))
+    keep = np.isfinite(acc) & np.isfinite(lo) & np.isfinite(hi)
+    cols = as_lists(d, ["dataset", "split", "variant"])
+    return [(cols[0][i], cols[1][i], cols[2][i], int(a), int(b), float(c))
+            for i, a, b, c in zip(parent[keep].tolist(), lo[keep], hi[keep], acc[keep])]
 
 
 def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) -> list[Figure]:
@@ -131,8 +125,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
         return []
     d = subset(ok, ["trial_id", "seed", "dataset", "split", "variant", "acc_by_size"],
                ["test_orig", "test_large", "test_largec"])
-    cols = as_lists(d, ["dataset", "split", "variant", "acc_by_size"])
-    recs = _size_bins(cols)
+    recs = _size_bins(d)
     if not recs:
         return []
     long = pd.DataFrame(recs, columns=["dataset", "split", "variant", "lo", "hi", "acc"])
@@ -187,19 +180,16 @@ def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
     if "gt_mass_curve" not in ok.columns:
         return []
     d = subset(ok, ["dataset", "split", "variant", "gt_mass_curve"], TEST_SPLITS)
-    cols = as_lists(d, ["dataset", "split", "variant", "gt_mass_curve"])
-    tab = json_table(cols[3]) if cols[3] else None
-    if tab is not None and tab.num_columns:
-        keys = sorted(tab.column_names, key=_float)
-        t = np.array([_float(k) for k in keys])
-        frac = np.column_stack([tab.column(k).to_numpy(zero_copy_only=False).astype(float)
-                                for k in keys])
-    else:  # not strict JSON: parse row by row
-        parsed = [json_value(v) for v in cols[3]]
-        keys = sorted({k for c in parsed if isinstance(c, dict) for k in c}, key=_float)
-        t = np.array([_float(k) for k in keys])
-        frac = np.array([[_float(c.get(k)) if isinstance(c, dict) else math.nan for k in keys]
-                         for c in parsed], dtype=float).reshape(len(parsed), len(keys))
+    cols = as_lists(d, ["dataset", "split", "variant"])
+    arr = _nested(d["gt_mass_curve"], MASS_CURVE)
+    points = pc.list_flatten(arr)
+    parent = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+    tt, ff = (points.field(f).to_numpy(zero_copy_only=False).astype(float)
+              for f in ("t", "fraction"))
+    known = np.isfinite(tt)
+    t = np.unique(tt[known])
+    frac = np.full((len(d), len(t)), math.nan)  # (rows x thresholds)
+    frac[parent[known], np.searchsorted(t, tt[known])] = ff[known]
     has = np.isfinite(frac).any(axis=1) if frac.size else np.zeros(len(cols[0]), bool)
     if not has.any():
         return []
@@ -235,10 +225,3 @@ def gt_mass(ok: pd.DataFrame, out: Path, study: str, variants: list[str],
         side_legend(fig, {v: handles[v] for v in hue if v in handles}, legend)
         png, svg = figure_style.save(fig, out, f"{study}__gt_mass")
     return [Figure("gt_mass", caption + left, png, svg)]
-
-
-def _float(x: object) -> float:
-    try:
-        return float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan

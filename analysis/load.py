@@ -5,12 +5,14 @@ row per (trial, seed, split), and `RESULTS_DIR/<study>/curves/<trial_id>.parquet
 one row per (trial, seed, evaluated epoch). `RESULTS_DIR` may also be one study's
 folder (it holds `trials/`).
 
-Every file's footer is parsed once (a pyarrow dataset fragment), checked for the
-identity columns, and the fragments are scanned as one `pyarrow.dataset` with the
-unified schema and a column projection: only the columns the report uses are
-decoded. Bad input raises `StoreError` with a one-line message; every foreign or
-damaged file of the store is named at once (`BadFiles`, one line per file, with the
-runner's `verify=true` advice); nothing is ever written under `RESULTS_DIR`.
+Files are read by the store's one reader (`result_store.reader`, shared with the
+runner): a `pyarrow.dataset` over the folder with a column projection, so only the
+columns the report uses are decoded; files written before the declared schema are
+converted to it in memory. Nested columns (`acc_by_size`, `gt_mass_curve`) stay Arrow
+lists of structs (`pd.ArrowDtype`). Bad input raises `StoreError` with a one-line
+message; every foreign or damaged file of the store is named at once (`BadFiles`, one
+line per file, with the runner's `verify=true` advice); a file of a newer schema version
+ends the read with one line naming it; nothing is ever written under `RESULTS_DIR`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+
+from result_store import reader
+from result_store.reader import FILE
 
 # identity columns every trial file must have (split defaults to "test" when absent)
 TRIAL_REQUIRED = ("trial_id", "seed", "status", "dataset")
@@ -47,7 +51,7 @@ COST = ("train_s", "git_sha")  # compute and provenance lines of the report
 PER_LAYER = re.compile(r"^(attn_auc|ratio_kept)_l(\d+)$")
 CURVE_COLUMNS = ("trial_id", "seed", "epoch", "train_loss", "val_accuracy", "val_loss", "val_auc",
                  "val_ft", "ftpt", "ffpt", "ftpf", "ffpf")
-CACHE_VERSION = 1  # bump when the cached projection changes meaning
+CACHE_VERSION = 2  # bump when the cached projection changes meaning (2: nested columns)
 PLAN_FILES = ("plan.parquet", "plan.csv", "plan.json")  # optional list of planned trial ids
 
 
@@ -67,18 +71,6 @@ class BadFiles(StoreError):
             text = (f"{len(self.problems)} bad files in the result store (no report was "
                     "written):\n  " + "\n  ".join(self.problems))
         super().__init__(text)
-
-
-_TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")  # the runner's trial file names
-
-
-def bad_file_advice(path: Path, what: str) -> str:
-    """What to do with a result file that cannot be used (the runner's `verify=true` words)."""
-    if not _TRIAL_ID.match(path.stem):
-        return f"not written by ablate: move it out of {path.parent}"
-    if what == "curves":
-        return f"delete it and {path.parent.parent / 'trials' / path.name} to rerun that trial"
-    return "delete it to rerun that trial"
 
 
 @dataclass
@@ -118,71 +110,22 @@ def find_studies(results_dir: str | Path) -> dict[str, Path]:
 
 def _files(folder: Path) -> list[Path]:
     # the runner writes temp names and renames; hidden or temporary files are not results
-    return sorted(p for p in folder.glob("*.parquet")
-                  if p.is_file() and not p.name.startswith((".", "_")))
-
-
-def _fragments(files: list[Path], required: tuple[str, ...], what: str):
-    fmt = ds.ParquetFileFormat(
-        default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
-    fs = pa.fs.LocalFileSystem()
-    frags, schemas, problems = [], [], []
-    for f in files:
-        try:
-            frag = fmt.make_fragment(str(f.resolve()), fs)
-            schema = frag.physical_schema  # parses the footer once; the scan reuses it
-        except (OSError, pa.ArrowException) as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            problems.append(f"{f}: not a readable Parquet file ({first}); "
-                            f"{bad_file_advice(f, what)}")
-            continue
-        if frag.metadata.num_rows == 0:
-            continue  # an empty file (e.g. a trial whose seeds all failed wrote no curves)
-        missing = [c for c in required if c not in schema.names]
-        if missing:
-            problems.append(f"{f}: not an ablate {what} file: missing column(s) "
-                            f"{', '.join(missing)}; move it out of {f.parent}")
-            continue
-        frags.append(frag)
-        schemas.append(schema)
-    if problems:
-        raise BadFiles(problems)
-    if not frags:
-        return None
-    try:
-        unified = pa.unify_schemas(schemas, promote_options="permissive")
-    except (pa.ArrowException, TypeError) as e:
-        raise StoreError(f"{files[0].parent}: files disagree on column types ({e})") from None
-    return ds.FileSystemDataset(frags, unified, fmt, fs)
+    return reader.result_files(folder)
 
 
 def _scan(files: list[Path], required: tuple[str, ...], wanted, what: str) -> pa.Table:
     """Projected rows of `files`, with the source file in a `_file` column."""
-    dataset = _fragments(files, required, what)
-    if dataset is None:  # only empty files
-        return pa.table({"_file": pa.array([], pa.string())})
-    columns = [c for c in dataset.schema.names if c in wanted or PER_LAYER.match(c)]
-    batches, names = [], []
+    part = "curves" if what == "curves" else "trials"
     try:
-        for tagged in dataset.scanner(columns=columns).scan_batches():
-            batches.append(tagged.record_batch)
-            names.append((tagged.fragment.path, tagged.record_batch.num_rows))
-    except pa.ArrowException as e:  # a damaged page: name every file that holds one
-        bad = []
-        for frag in dataset.get_fragments():
-            try:
-                frag.to_table(columns=columns)
-            except pa.ArrowException as err:
-                f = Path(frag.path)
-                bad.append(f"{f}: corrupt Parquet data ({str(err).splitlines()[0][:120]}); "
-                           f"{bad_file_advice(f, what)}")
-        if bad:
-            raise BadFiles(bad) from None
-        raise StoreError(f"{files[0].parent}: cannot read ({str(e).splitlines()[0]})") from None
-    schema = pa.schema([dataset.schema.field(c) for c in columns])
-    table = pa.Table.from_batches(batches, schema=schema)
-    src = pa.array([n for n, k in names for _ in range(k)], pa.string())
-    return table.append_column("_file", src)
+        got = reader.read(files, part, required,
+                          lambda c: c in wanted or bool(PER_LAYER.match(c)))
+    except reader.NewerSchema as e:
+        raise StoreError(str(e)) from None
+    if got.problems:
+        raise BadFiles(got.problems)
+    if not got.table.num_columns:  # only empty files
+        return pa.table({FILE: pa.array([], pa.string())})
+    return got.table
 
 
 def _cache_paths(cache_dir: Path, folder: Path) -> tuple[Path, Path]:
@@ -214,7 +157,7 @@ def _read(folder: Path, files: list[Path], required: tuple[str, ...], wanted: se
     todo = [f for f in files if str(f.resolve()) not in reuse]
     parts = []
     if cached is not None and reuse:
-        parts.append(cached.filter(pc.is_in(cached["_file"], value_set=pa.array(sorted(reuse)))))
+        parts.append(cached.filter(pc.is_in(cached[FILE], value_set=pa.array(sorted(reuse)))))
     if todo:
         parts.append(_scan([Path(p) for p in sorted(str(f.resolve()) for f in todo)], required,
                            wanted, what))
@@ -222,9 +165,14 @@ def _read(folder: Path, files: list[Path], required: tuple[str, ...], wanted: se
     if cache_dir is not None and (todo or cached is None or reuse != cached_files):
         _write_cache(cache_dir, folder, table, {"spec": spec, "rows": table.num_rows,
                                                 "files": sig})
-    df = table.to_pandas()
-    df = df.sort_values("_file", kind="stable").drop(columns="_file").reset_index(drop=True)
+    df = table.to_pandas(types_mapper=_nested_as_arrow)
+    df = df.sort_values(FILE, kind="stable").drop(columns=FILE).reset_index(drop=True)
     return df
+
+
+def _nested_as_arrow(t: pa.DataType) -> pd.ArrowDtype | None:
+    """Nested columns stay Arrow arrays in pandas (no Python object per row)."""
+    return pd.ArrowDtype(t) if pa.types.is_nested(t) else None
 
 
 def replace_file(path: Path, write) -> Path:
@@ -290,6 +238,8 @@ def _normalise(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
             df[col] = df[col].astype("string").fillna("").astype(str)
     if "pool_layers" in df.columns:
         df["pool_layers"] = df["pool_layers"].str.replace(" ", "", regex=False)
+    empty = [c for c in df.columns if PER_LAYER.match(c) and df[c].isna().all()]
+    df = df.drop(columns=empty)  # a layer no row has (typed nulls in the declared schema)
     for col, before in ADDED_AXES.items():
         if col in df.columns:  # some files have it: the older ones ran with `before`
             df[col] = df[col].astype(object).where(df[col].notna(), before)

@@ -2,15 +2,15 @@
 
 `trial_record(**overrides)` is one store row (every documented column, with
 plausible defaults); `write_trials` / `write_curves` write trial files exactly as
-the runner does (temp name, then rename). `write_benchmark_store` writes a large
-store (default 2,500 trial files x 40 rows = 100,000 rows, plus per-epoch curves)
-whose accuracies grow exponentially with attention AUC and whose AUC grows with
-cos(p_init, p_opt), so every figure of the report has something to show.
+the runner does (the declared schema of `result_store.schema`, a temp name, then a
+rename). `write_benchmark_store` writes a large store (default 2,500 trial files x 40
+rows = 100,000 rows, plus per-epoch curves) whose accuracies grow exponentially with
+attention AUC and whose AUC grows with cos(p_init, p_opt), so every figure of the report
+has something to show.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.load import replace_file
+from result_store import schema
 
 SIZE_BINS = ((1, 25), (26, 50), (51, 100), (101, 200))
 MASS_T = tuple(round(t, 2) for t in np.linspace(0.05, 0.95, 19))
@@ -41,8 +42,8 @@ def trial_record(**overrides: object) -> dict:
         "batch_size": 32, "test_batch_size": 2000, "seeds": "0", "eval_every": 0,
         "device": "cpu", "extra": "{}",
         "accuracy": 0.5, "loss": 1.0, "n_graphs": 100, "ft": 0.5,
-        "acc_by_size": json.dumps([[1, 25, 0.5, 100]]),
-        "gt_mass_curve": json.dumps({str(t): max(0.0, 1.0 - t) for t in MASS_T}),
+        "acc_by_size": size_bins([(1, 25, 0.5, 100)]),
+        "gt_mass_curve": mass_curve({t: max(0.0, 1.0 - t) for t in MASS_T}),
         "attn_auc_l0": 0.8, "ratio_kept_l0": 0.6, "cos_p_init": 0.1,
         "train_s": 1.0, "eval_s": 0.1, "peak_rss_mb": 500.0,
         "dataset_hash": "0" * 16, "torch_version": "2.13.0", "pyg_version": "2.8.1",
@@ -52,25 +53,40 @@ def trial_record(**overrides: object) -> dict:
     return row
 
 
+def size_bins(bins: Iterable[tuple]) -> list[dict]:
+    """`acc_by_size` from (lo, hi, accuracy, graphs) tuples."""
+    return [{"lo": lo, "hi": hi, "accuracy": acc, "graphs": n} for lo, hi, acc, n in bins]
+
+
+def mass_curve(fractions: dict[float, float]) -> list[dict]:
+    """`gt_mass_curve` from {t: fraction}."""
+    return [{"t": float(t), "fraction": f} for t, f in sorted(fractions.items())]
+
+
 def _atomic_write(table: pa.Table, path: Path) -> Path:
     return replace_file(path, lambda tmp: pq.write_table(table, tmp))
 
 
-def write_trials(root: str | Path, study: str, rows: Iterable[dict]) -> list[Path]:
-    """Write rows as one file per trial_id under root/study/trials/ (like the runner)."""
-    by_trial: dict[str, list[dict]] = {}
-    for r in rows:
-        by_trial.setdefault(str(r["trial_id"]), []).append({**r, "study": study})
-    return [_atomic_write(pa.Table.from_pylist(rs), Path(root, study, "trials", f"{t}.parquet"))
-            for t, rs in by_trial.items()]
+def write_trials(root: str | Path, study: str, rows: Iterable[dict],
+                 kind: str = "graph") -> list[Path]:
+    """Write rows as one file per trial_id under root/study/trials/ (like the runner), with
+    `kind`'s declared schema; attempt 1 and no error where a row does not say."""
+    return _write(root, study, rows, kind, "trials")
 
 
-def write_curves(root: str | Path, study: str, rows: Iterable[dict]) -> list[Path]:
+def write_curves(root: str | Path, study: str, rows: Iterable[dict],
+                 kind: str = "graph") -> list[Path]:
     """Write per-epoch rows as one file per trial_id under root/study/curves/."""
+    return _write(root, study, rows, kind, "curves")
+
+
+def _write(root: str | Path, study: str, rows: Iterable[dict], kind: str,
+           part: str) -> list[Path]:
     by_trial: dict[str, list[dict]] = {}
     for r in rows:
-        by_trial.setdefault(str(r["trial_id"]), []).append({**r, "study": study})
-    return [_atomic_write(pa.Table.from_pylist(rs), Path(root, study, "curves", f"{t}.parquet"))
+        row = {"attempt": 1, **({"error": ""} if part == "trials" else {}), **r, "study": study}
+        by_trial.setdefault(str(r["trial_id"]), []).append(row)
+    return [_atomic_write(schema.table(rs, kind, part), Path(root, study, part, f"{t}.parquet"))
             for t, rs in by_trial.items()]
 
 
@@ -99,8 +115,8 @@ def write_benchmark_store(root: str | Path, study: str = "bench", n_trials: int 
         init_dist = ("default", "normal", "uniform")[(t // 16) % 3]
         tid = f"{study}{t:05d}"
         seeds = list(range(n_seeds))
-        cols: dict[str, list] = {}
-        curves: dict[str, list] = {}
+        rows: list[dict] = []
+        curves: list[dict] = []
         for s in seeds:
             cos = float(rng.uniform(-1, 1))
             auc = float(np.clip(0.55 + 0.2 * cos + 0.25 * (sup != "unsup") + rng.normal(0, .05),
@@ -118,24 +134,21 @@ def write_benchmark_store(root: str | Path, study: str = "bench", n_trials: int 
                     seeds=",".join(map(str, seeds)), accuracy=acc, ft=auc * 0.8,
                     attn_auc_l0=auc, ratio_kept_l0=kept if pool else float("nan"),
                     cos_p_init=cos if pool else float("nan"),
-                    acc_by_size=json.dumps([[lo, hi, float(np.clip(acc + 0.1 - 0.05 * i, 0, 1)),
-                                             50] for i, (lo, hi) in enumerate(SIZE_BINS)
-                                            if (split == "test_large") == (lo > 25)]),
-                    gt_mass_curve=json.dumps({str(m): float(np.clip(auc * (1 - m), 0, 1))
+                    acc_by_size=size_bins((lo, hi, float(np.clip(acc + 0.1 - 0.05 * i, 0, 1)),
+                                           50) for i, (lo, hi) in enumerate(SIZE_BINS)
+                                          if (split == "test_large") == (lo > 25)),
+                    gt_mass_curve=mass_curve({m: float(np.clip(auc * (1 - m), 0, 1))
                                               for m in MASS_T}))
-                for k, v in rec.items():
-                    cols.setdefault(k, []).append(v)
+                rows.append(rec)
             ep = np.arange(1, epochs + 1)
             final = 0.5 + 0.45 * auc
-            for k, v in (("study", [study] * epochs), ("trial_id", [tid] * epochs),
-                         ("seed", [s] * epochs), ("epoch", ep.tolist()),
-                         ("train_loss", (2.0 * np.exp(-ep / 8)).tolist()),
-                         ("val_accuracy", (final * (1 - np.exp(-ep / 6))).tolist()),
-                         ("val_loss", (2.0 * np.exp(-ep / 9)).tolist()),
-                         ("val_auc", (0.5 + (auc - 0.5) * (1 - np.exp(-ep / 5))).tolist())):
-                curves.setdefault(k, []).extend(v)
-        table = pa.table(cols)
-        rows_written += table.num_rows
-        _atomic_write(table, Path(root, study, "trials", f"{tid}.parquet"))
-        _atomic_write(pa.table(curves), Path(root, study, "curves", f"{tid}.parquet"))
+            curves += [{"study": study, "trial_id": tid, "attempt": 1, "seed": s, "epoch": e,
+                        "train_loss": 2.0 * np.exp(-e / 8), "val_accuracy":
+                        final * (1 - np.exp(-e / 6)), "val_loss": 2.0 * np.exp(-e / 9),
+                        "val_auc": 0.5 + (auc - 0.5) * (1 - np.exp(-e / 5))}
+                       for e in ep.tolist()]
+        rows_written += len(rows)
+        _atomic_write(schema.table(rows, "graph"), Path(root, study, "trials", f"{tid}.parquet"))
+        _atomic_write(schema.table(curves, "graph", "curves"),
+                      Path(root, study, "curves", f"{tid}.parquet"))
     return rows_written

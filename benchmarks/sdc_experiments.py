@@ -23,7 +23,6 @@ Records and curves go to --out as CSV, with fig6.png and dynamics.png.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -166,14 +165,20 @@ def report_paired(records: list[dict], task: str, averages=("input", "hidden")) 
                         "Δacc pts (95% CI)", "seeds with higher FT"])
 
 
+def _curve(record: dict) -> dict[float, float]:
+    """A record's GT-mass curve (a list of {t, fraction}) as t -> fraction."""
+    return {p["t"]: p["fraction"] for p in record["gt_mass_curve"] or ()}
+
+
 def report_fig6(records: list[dict], task: str, avg: str = "input") -> str:
     rows = []
     for norm in NORMALIZERS:
         rs = _select(records, task=task, normalizer=norm, average_at=avg, split="test_orig")
         if not rs:
             continue
-        curves = [json.loads(r["gt_mass_curve"]) for r in rs]
-        rows.append([norm, *[f"{100 * np.mean([c[t] for c in curves]):.1f}" for t in FIG6_T]])
+        curves = [_curve(r) for r in rs]
+        rows.append([norm, *[f"{100 * np.mean([c[float(t)] for c in curves]):.1f}"
+                             for t in FIG6_T]])
     return table(rows, ["method", *[f"alpha_fg >= {t}" for t in FIG6_T]])
 
 
@@ -203,8 +208,8 @@ def plots(records: list[dict], curves: list[dict], out: Path) -> list[str]:
             rs = _select(records, task=task, normalizer=norm, average_at="input",
                          split="test_orig")
             if rs:
-                c = [json.loads(r["gt_mass_curve"]) for r in rs]
-                ax.plot(MASS_THRESHOLDS, [np.mean([x[str(t)] for x in c]) for t in
+                c = [_curve(r) for r in rs]
+                ax.plot(MASS_THRESHOLDS, [np.mean([x[t] for x in c]) for t in
                                           MASS_THRESHOLDS], marker=".", label=norm)
         ax.set(title=task, xlabel="threshold t", ylabel="fraction with alpha_fg >= t",
                ylim=(0, 1.02))

@@ -172,5 +172,6 @@ class _FunctionKind(_graph_kind()):
 FAULTY = _FunctionKind("faulty", faulty_trial)
 HELD = _FunctionKind("held", held_trial)
 BARRIER = _FunctionKind("barrier", barrier_trial, datasets=False, resolve=False)
+BARRIER.store_columns = (("visible_gpu", "string"), ("cuda_visible_devices", "string"))
 FAULTY_PACK = _FunctionKind("faultypack", faulty_trial, pack=faulty_pack)
 CONFIG_ERROR = _FunctionKind("cfgerr", config_error_trial)

@@ -24,7 +24,7 @@ from analysis import stats
 from analysis.load import StoreError, load_store
 from analysis.reference import reference
 from analysis.report import main, write_report
-from analysis.synthetic import trial_record, write_curves, write_trials
+from analysis.synthetic import mass_curve, size_bins, trial_record, write_curves, write_trials
 from analysis.variants import variant_label
 
 SEEDS = list(range(6))
@@ -47,8 +47,8 @@ def _trial(tid: str, large: list[float], **axes) -> list[dict]:
                 trial_id=tid, seed=s, split=split, seeds="0,1,2,3,4,5", accuracy=acc,
                 attn_auc_l0=auc, cos_p_init=COS[s] if attn else float("nan"),
                 ratio_kept_l0=(0.5 + 0.05 * s) if attn else float("nan"),
-                acc_by_size=json.dumps([[1, 25, acc, 100]] if split != "test_large"
-                                       else [[26, 50, acc + 0.05, 50], [51, 200, acc - 0.05, 50]]),
+                acc_by_size=size_bins([(1, 25, acc, 100)] if split != "test_large"
+                                      else [(26, 50, acc + 0.05, 50), (51, 200, acc - 0.05, 50)]),
                 **axes))
     return rows
 
@@ -81,13 +81,13 @@ def store(tmp_path_factory) -> Path:
     sdc = [{"trial_id": f"sdc_{n}", "seed": s, "split": "test", "status": "ok", "error": "",
             "dataset": "sdc_cifar", "normalizer": n, "accuracy": 0.9 + 0.01 * s, "ft": f,
             "nnz": 0.3, "dist": 0.5, "ent": 1.2,
-            "gt_mass_curve": json.dumps({"0.1": f, "0.5": f / 2, "0.9": f / 4})}
+            "gt_mass_curve": mass_curve({0.1: f, 0.5: f / 2, 0.9: f / 4})}
            for n, f in (("softmax", 0.7), ("sparsemax", 0.9)) for s in range(3)]
-    write_trials(root, "sdc_demo", sdc)
+    write_trials(root, "sdc_demo", sdc, kind="sdc")
     write_curves(root, "sdc_demo", [{"trial_id": f"sdc_{n}", "seed": s, "epoch": e,
                                      "ftpt": 0.1 * e, "ffpt": 0.2, "ftpf": 0.0, "ffpf": 0.1}
                                     for n in ("softmax", "sparsemax") for s in range(3)
-                                    for e in range(1, 6)])
+                                    for e in range(1, 6)], kind="sdc")
     return root
 
 

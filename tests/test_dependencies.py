@@ -23,7 +23,7 @@ from ablate import config
 from ablate.run import _field_docs, help_text
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("ablate", "analysis")  # what pyproject's packages.find includes
+PACKAGES = ("ablate", "analysis", "result_store")  # what pyproject's packages.find includes
 
 
 def _project() -> dict:

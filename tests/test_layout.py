@@ -101,10 +101,10 @@ def test_imports_only_go_down_and_never_in_a_circle():
 
 def test_no_module_imports_another_modules_private_names():
     bad = []
-    for package in ("ablate", "analysis", "benchmarks"):
+    for package in ("ablate", "analysis", "result_store", "benchmarks"):
         for module, path in _modules(package).items():
             for target, names, node in _imports(module, path):
-                if not target.startswith(("ablate", "analysis")):
+                if not target.startswith(("ablate", "analysis", "result_store")):
                     continue
                 for n in names:
                     if n.startswith("_") and not n.startswith("__"):
@@ -118,8 +118,16 @@ def test_analysis_imports_nothing_from_ablate():
             assert not target.startswith("ablate"), f"{module} imports {target} ({node.lineno})"
 
 
+def test_the_store_format_imports_neither_ablate_nor_analysis():
+    """result_store lies below both: the runner and the analysis share its one reader."""
+    for module, path in _modules("result_store").items():
+        for target, _, node in _imports(module, path):
+            top = target.split(".")[0]
+            assert top not in ("ablate", "analysis"), f"{module} imports {target} ({node.lineno})"
+
+
 def test_every_module_says_what_it_holds():
-    for package in ("ablate", "analysis"):
+    for package in ("ablate", "analysis", "result_store"):
         for module, path in _modules(package).items():
             tree = ast.parse(path.read_text())
             if not tree.body:

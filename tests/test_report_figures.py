@@ -6,7 +6,6 @@ through data that cannot carry one, runs left out named and captions true to wha
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 from analysis import figure_style, figures
 from analysis.report import write_report
-from analysis.synthetic import trial_record, write_trials
+from analysis.synthetic import size_bins, trial_record, write_trials
 from analysis.tables import MAX_HTML_COLUMNS
 from analysis.variants import add_variant
 
@@ -264,7 +263,7 @@ def test_dynamics_names_the_runs_it_leaves_out(drawn, tmp_path):
 
 
 def _size_runs(bins_of: dict) -> pd.DataFrame:
-    rows = [trial_record(trial_id="a", seed=s, split=sp, acc_by_size=json.dumps(bins))
+    rows = [trial_record(trial_id="a", seed=s, split=sp, acc_by_size=size_bins(bins))
             for s in range(3) for sp, bins in bins_of.items()]
     return add_variant(pd.DataFrame(rows))
 

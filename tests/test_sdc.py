@@ -96,9 +96,9 @@ def test_attention_metrics_hand_made() -> None:
         return -sum(x * math.log(x) for x in p if x > 0)
 
     assert rec["ent"] == pytest.approx((0 + h([0.5, 0.495, 0.005]) + h([0.2, 0.7, 0.1])) / 3)
-    curve = json.loads(rec["gt_mass_curve"])  # alpha on the fg: 1.0, 0.005, 0.7
-    assert list(curve) == [str(t) for t in MASS_THRESHOLDS]
-    assert curve["0.05"] == pytest.approx(2 / 3) and curve["0.75"] == pytest.approx(1 / 3)
+    curve = {p["t"]: p["fraction"] for p in rec["gt_mass_curve"]}  # fg alpha: 1.0, 0.005, 0.7
+    assert list(curve) == list(MASS_THRESHOLDS)
+    assert curve[0.05] == pytest.approx(2 / 3) and curve[0.75] == pytest.approx(1 / 3)
     fr = focus_prediction_fractions(alpha, fg, pred=np.array([1, 1, 1]), y=np.array([1, 0, 0]))
     assert fr == pytest.approx({"ftpt": 1 / 3, "ffpt": 0.0, "ftpf": 1 / 3, "ffpf": 1 / 3})
 
@@ -264,7 +264,7 @@ def test_trial_records_and_curves() -> None:
     assert json.loads(r["data_params"]) == dict(SMALL_DIGITS)
     for key in ("accuracy", "ft", "nnz", "dist", "ent", "train_s", "eval_s"):
         assert isinstance(r[key], float) and math.isfinite(r[key])
-    assert len(json.loads(r["gt_mass_curve"])) == 19
+    assert len(r["gt_mass_curve"]) == 19
     assert {c["epoch"] for c in res.curves if c["seed"] == 0} == {1, 2}
     c = res.curves[-1]
     assert c["ftpt"] + c["ffpt"] + c["ftpf"] + c["ffpf"] == pytest.approx(1.0)
@@ -311,7 +311,7 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
     t = s.trials[0]
     store = Store(tmp_path, "sdc")
     cb = StoreCallback(store, {t.trial_id: t}, {}, None, {})
-    store.write(t.trial_id, cb.error_rows(t.trial_id, "error", "RuntimeError: boom"))
+    store.write(t.trial_id, cb.error_rows(t.trial_id, "error", "RuntimeError: boom"), kind="sdc")
     df = load_study("sdc", tmp_path / "sdc").trials  # refuses files without 'dataset'
     assert set(df["status"]) == {"error"} and set(df["dataset"]) == {t.config.dataset}
 

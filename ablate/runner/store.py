@@ -6,12 +6,15 @@ Layout (DESIGN.md "Result store")::
     RESULTS/<study>/curves/<trial_id>.parquet   one row per (seed, evaluated epoch)
     RESULTS/<study>/failures.jsonl              one line per failed attempt (informational)
 
-A trial file is the completion marker: its curves are written first, and each
-file goes to a temp name in the same folder, is fsynced and renamed over the
-final name, so a crash or SIGKILL never leaves a torn file. A trial is complete
-when its file exists and every row has status ``ok``. Scanning checks every
-``*.parquet`` in ``trials/`` and rejects foreign or corrupt files with a
-one-line `StoreError`, without modifying anything.
+Every file has the declared schema of its trial kind (`result_store.schema`, its version
+in the file's metadata); rows that do not fit fail the write, naming the column, before
+anything is written. A trial file is the completion marker: its curves are written first,
+and each file goes to a temp name in the same folder, is fsynced and renamed over the
+final name, so a crash or SIGKILL never leaves a torn file. A trial is complete when its
+file exists and every row has status ``ok``. Scanning reads every ``*.parquet`` of
+``trials/`` and ``curves/`` with the store's one reader (`result_store.reader`; files
+written before the schema are converted in memory) and rejects foreign or corrupt files
+with a one-line `StoreError`, without modifying anything.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -30,11 +34,12 @@ import pyarrow.parquet as pq
 
 from ablate.atomic import atomic_write, temp_name
 from ablate.errors import ConfigError
+from result_store import reader
+from result_store import schema as declared
 
 TRIALS, CURVES, FAILURES = "trials", "curves", "failures.jsonl"
 STATUSES = ("ok", "error", "nan")
 REQUIRED = ("study", "trial_id", "seed", "split", "status", "error", "attempt")
-IDENTITY = ("study", "trial_id", "seed", "split", "status", "error", "attempt")
 CURVE_KEYS = ("study", "trial_id", "attempt", "seed", "epoch")
 _TMP = re.compile(r"^\..+\.tmp$")
 
@@ -59,9 +64,7 @@ class Store:
 
     # ------------------------------------------------------------------ reading
     def trial_files(self) -> list[Path]:
-        if not self.trials_dir.is_dir():
-            return []
-        return sorted(p for p in self.trials_dir.glob("*.parquet") if not p.name.startswith("."))
+        return reader.result_files(self.trials_dir)
 
     def scan(self) -> dict[str, str]:
         """trial_id -> 'ok' (every row ok) or the first failed status, for every trial file.
@@ -69,7 +72,7 @@ class Store:
         Every trial and curves file is read whole; if any is foreign, unreadable or damaged
         a `StoreError` names them all (`verify` lists them one per line). Nothing is modified.
         """
-        out, problems = self._check()
+        out, problems = self.check()
         if problems:
             first = "; ".join(problems[:3])
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -79,44 +82,52 @@ class Store:
 
     def verify(self) -> list[str]:
         """One line per problem file of the study (trials and curves); empty when all is well."""
-        return self._check()[1]
+        return self.check()[1]
 
     def check(self) -> tuple[dict[str, str], list[str]]:
         """`scan`'s statuses of the readable trial files and `verify`'s problem lines, at once."""
-        return self._check()
+        got = self.inspect()
+        return got.status, got.problems
 
-    def _check(self) -> tuple[dict[str, str], list[str]]:
+    def inspect(self) -> StoreCheck:
+        """Every trial and curves file of the study read whole (`result_store.reader`): the
+        trial statuses, one line per problem file, each readable file's schema version.
+        A file of a newer schema version raises `StoreError` naming it and its version."""
+        files = self.trial_files()
+        try:
+            trials = reader.read(files, TRIALS, REQUIRED, {"study", "trial_id", "status"},
+                                 whole=True)
+            curves = reader.read(reader.result_files(self.curves_dir), CURVES, CURVE_KEYS,
+                                 (), whole=True, file_column=False)
+        except reader.NewerSchema as e:
+            raise StoreError(str(e)) from None
+        rows: dict[str, list[tuple[str, str, str]]] = {}
+        if trials.table.num_rows:
+            t = trials.table
+            for f, tid, study, status in zip(t[reader.FILE].to_pylist(), t["trial_id"].to_pylist(),
+                                             t["study"].to_pylist(), t["status"].to_pylist()):
+                rows.setdefault(f, []).append((tid, study, status))
         out: dict[str, str] = {}
-        problems: list[str] = []
-        for path in self.trial_files():
-            try:
-                table = _read_checked(path)
-            except StoreError as e:
-                problems.append(str(e))
+        problems = list(trials.problems)
+        for path in files:
+            if path in trials.bad:
                 continue
-            ids = set(table.column("trial_id").to_pylist())
-            studies = set(table.column("study").to_pylist())
-            if ids != {path.stem} or studies != {self.study}:
+            got = rows.get(str(path.resolve()), [])
+            ids, studies = {r[0] for r in got}, {r[1] for r in got}
+            if got and (ids != {path.stem} or studies != {self.study}):
                 problems.append(f"{path}: holds trial {sorted(ids)} of study {sorted(studies)}, "
                                 f"not {path.stem} of {self.study}; move it out of "
                                 f"{self.trials_dir}")
                 continue
-            statuses = table.column("status").to_pylist()
+            statuses = [r[2] for r in got]
             bad = [x for x in statuses if x not in STATUSES]
             if bad:
                 problems.append(f"{path}: unknown status {bad[0]!r}; delete it to rerun that trial")
                 continue
             failed = [x for x in statuses if x != "ok"]
             out[path.stem] = failed[0] if failed else ("ok" if statuses else "error")
-        if self.curves_dir.is_dir():
-            for path in sorted(self.curves_dir.glob("*.parquet")):
-                if path.name.startswith("."):
-                    continue
-                try:
-                    _read_checked(path, required=CURVE_KEYS, curves=True)
-                except StoreError as e:
-                    problems.append(str(e))
-        return out, problems
+        versions = {p: v for p, v in trials.versions.items() if p.stem in out}
+        return StoreCheck(out, problems + curves.problems, versions, curves.versions)
 
     def completed(self) -> set[str]:
         """Ids of trials whose every row has status ok."""
@@ -127,21 +138,30 @@ class Store:
 
     # ------------------------------------------------------------------ writing
     def write(self, trial_id: str, records: list[dict], curves: list[dict] = (),
-              extra: dict | None = None) -> Path:
-        """Write a trial's rows (and curves) atomically; `extra` columns go on every row."""
+              extra: dict | None = None, kind: str = "graph") -> Path:
+        """Write a trial's rows (and curves) atomically; `extra` columns go on every row.
+
+        Both files have the declared schema of `kind` (a registered trial kind's
+        `store_kind`, plus its `store_columns`); rows that do not fit raise
+        `result_store.schema.SchemaError` naming the column, and nothing is written.
+        """
+        from ablate.runner.kinds import trial_kind
+
+        k = trial_kind(kind)
         extra = {"study": self.study, "trial_id": trial_id, "attempt": 1, **(extra or {})}
         rows = [{**r, **extra} for r in records]
         for r in rows:
             if r.get("status") not in STATUSES:
                 raise ValueError(f"status must be one of {STATUSES}, got {r.get('status')!r}")
             r.setdefault("error", "")
+        table = declared.table(rows, k.store_kind, TRIALS, dict(k.store_columns))
         curves_path = self.curves_dir / f"{trial_id}.parquet"
         if curves:
-            cur = [{**{k: extra[k] for k in ("study", "trial_id", "attempt") if k in extra}, **c}
+            cur = [{**{c: extra[c] for c in ("study", "trial_id", "attempt")}, **c}
                    for c in curves]
-            write_parquet(_frame(cur, CURVE_KEYS), curves_path)
+            write_parquet(declared.table(cur, k.store_kind, CURVES), curves_path)
         try:
-            return write_parquet(_frame(rows, IDENTITY), self.trials_dir / f"{trial_id}.parquet")
+            return write_parquet(table, self.trials_dir / f"{trial_id}.parquet")
         except BaseException:
             if curves:  # no curves without their trial file (the trial file commits both)
                 curves_path.unlink(missing_ok=True)
@@ -250,62 +270,9 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _frame(rows: list[dict], first: tuple[str, ...]) -> pa.Table:
-    df = pd.DataFrame(rows)
-    cols = [c for c in first if c in df.columns] + [c for c in df.columns if c not in first]
-    return pa.Table.from_pandas(df[cols], preserve_index=False)
-
-
 def write_parquet(table: pa.Table, path: Path) -> Path:
     """Write `table` to `path` atomically (`ablate.atomic.atomic_write`)."""
     return atomic_write(path, lambda f: pq.write_table(table, f))
-
-
-_TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")
-
-
-def bad_file_advice(path: Path, curves: bool = False) -> str:
-    """What to do with a result file that cannot be read (`verify`; the report says the same).
-
-    A file whose name is not a trial id is foreign (move it out); a damaged file of a trial
-    can be deleted to rerun that trial (a curves file together with its trial file).
-    """
-    if not _TRIAL_ID.match(path.stem):
-        return f"not written by ablate: move it out of {path.parent}"
-    if curves:
-        return (f"delete it and {path.parent.parent / TRIALS / path.name} to rerun that "
-                "trial")
-    return "delete it to rerun that trial"
-
-
-def _read_checked(path: Path, columns: list[str] | None = None,
-                  required: tuple[str, ...] = REQUIRED, curves: bool = False) -> pa.Table:
-    """Read an ablate Parquet file, or raise a one-line StoreError for foreign/corrupt files
-    (`bad_file_advice` says what to do)."""
-    fix = bad_file_advice(path, curves)
-    try:
-        schema = pq.read_schema(path)
-    except Exception as e:
-        raise StoreError(f"{path}: not a readable Parquet file ({type(e).__name__}); "
-                         f"{fix}") from None
-    missing = [c for c in required if c not in schema.names]
-    if missing:
-        raise StoreError(f"{path}: not an ablate result file (missing columns "
-                         f"{', '.join(missing)}); move it out of {path.parent}")
-    try:
-        return pq.read_table(path, columns=columns)
-    except Exception as e:
-        raise StoreError(f"{path}: corrupt Parquet data ({type(e).__name__}); {fix}") from None
-
-
-def _read_folder(folder: Path, check: bool) -> pd.DataFrame:
-    frames = []
-    for path in sorted(folder.glob("*.parquet")):
-        if path.name.startswith("."):
-            continue
-        frames.append((_read_checked(path) if check else pq.read_table(path)).to_pandas())
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _studies(results_dir: Path, study: str | None) -> list[Path]:
@@ -317,18 +284,41 @@ def _studies(results_dir: Path, study: str | None) -> list[Path]:
 
 def read_trials(results_dir: str | os.PathLike = "results",
                 study: str | None = None) -> pd.DataFrame:
-    """Every trial row of one study (or of all studies under `results_dir`) as one DataFrame."""
-    return _read_all(Path(results_dir), study, TRIALS, check=True)
+    """Every trial row of one study (or of all studies under `results_dir`) as one DataFrame
+    (nested columns as Python lists of dicts); a foreign or damaged file raises `StoreError`."""
+    return _read_all(Path(results_dir), study, TRIALS, REQUIRED)
 
 
 def read_curves(results_dir: str | os.PathLike = "results",
                 study: str | None = None) -> pd.DataFrame:
     """Every per-epoch curve row of one study (or of all studies) as one DataFrame."""
-    return _read_all(Path(results_dir), study, CURVES, check=False)
+    return _read_all(Path(results_dir), study, CURVES, CURVE_KEYS)
 
 
-def _read_all(results_dir: Path, study: str | None, kind: str, check: bool) -> pd.DataFrame:
-    frames = [_read_folder(d / kind, check=check) for d in _studies(results_dir, study)
-              if (d / kind).is_dir()]
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def _read_all(results_dir: Path, study: str | None, part: str,
+              required: tuple[str, ...]) -> pd.DataFrame:
+    files = [f for d in _studies(results_dir, study) for f in reader.result_files(d / part)]
+    try:
+        got = reader.read(files, part, required)
+    except reader.NewerSchema as e:
+        raise StoreError(str(e)) from None
+    if got.problems:
+        raise StoreError(f"{len(got.problems)} problem file(s): {'; '.join(got.problems[:3])}")
+    if not got.table.num_rows:
+        return pd.DataFrame()
+    t = got.table.sort_by([(reader.FILE, "ascending")])  # files in name order, rows as written
+    df = t.drop_columns([reader.FILE]).to_pandas()
+    for c in df.columns:
+        if pa.types.is_nested(t.schema.field(c).type):
+            df[c] = pd.Series(t[c].to_pylist(), index=df.index, dtype=object)
+    return df
+
+
+@dataclass
+class StoreCheck:
+    """`Store.inspect`: what a study's files hold."""
+
+    status: dict[str, str]  # trial id -> ok or the first failed status
+    problems: list[str]  # one line per foreign or damaged file (trials and curves)
+    versions: dict[Path, int]  # trial file -> schema version (0: before the declared schema)
+    curve_versions: dict[Path, int]

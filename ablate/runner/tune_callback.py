@@ -61,19 +61,22 @@ class StoreCallback(tune.Callback):
             tid = m["trial_id"]
             records = m["records"] if m["status"] != "error" else []
             rows = records or self.error_rows(tid, m["status"], m["error"])
-            attempt = self._write(tid, rows, m["curves"] if records else [], out["meta"],
-                                  pack_id)
+            status, error, final = m["status"], m["error"], m.get("final", out["final"])
+            attempt, misfit = self._write(tid, rows, m["curves"] if records else [],
+                                          out["meta"], pack_id)
+            if misfit:  # rows outside the declared schema: stored as failed, not retried
+                status, error, final = "error", misfit, True
             if attempt is None:  # not stored: the trial stays to do, the study stops
                 self.display.unstored(tid)
                 continue
-            if m["status"] == "ok":
+            if status == "ok":
                 self.final[tid] = "ok"
                 self.display.finish(tid, "ok")
                 continue
-            self._log(tid, attempt, m["status"], m["error"], out["meta"])
-            if m.get("final", out["final"]):
-                self.final[tid] = m["status"]
-                self.errors[tid] = m["error"] or m["status"]
+            self._log(tid, attempt, status, error, out["meta"])
+            if final:
+                self.final[tid] = status
+                self.errors[tid] = error or status
                 self.display.finish(tid, "failed")
             else:
                 self.retries += 1
@@ -96,7 +99,7 @@ class StoreCallback(tune.Callback):
         for tid in self.packs[pack_id]:
             if tid in self.final:  # already recorded as finished
                 continue
-            attempt = self._write(tid, self.error_rows(tid, "error", error), [], {}, pack_id)
+            attempt, _ = self._write(tid, self.error_rows(tid, "error", error), [], {}, pack_id)
             if attempt is None:  # not stored: the trial stays to do, the study stops
                 self.display.unstored(tid)
                 continue
@@ -119,12 +122,14 @@ class StoreCallback(tune.Callback):
                 for s in getattr(t.config, "seeds", (0,)) for sp in splits]
 
     def _write(self, tid: str, rows: list[dict], curves: list[dict], meta: dict,
-               pack_id: str) -> int | None:
-        """Store one attempt's rows; its attempt number, or None if the write failed."""
+               pack_id: str) -> tuple[int | None, str]:
+        """Store one attempt's rows: (its attempt number, or None if the write failed; '' or
+        the error of rows that do not fit the declared schema, stored as failed rows)."""
         from ablate.runner.store import now_iso, write_error
+        from result_store.schema import SchemaError
 
         if self.storage_error:
-            return None
+            return None, ""
         attempt = self.attempts.get(tid, 0) + 1
         extra = {"attempt": attempt, "created_at": now_iso(), "ray_version": self.ray_version,
                  "trial_s": meta.get("trial_s", float("nan")), "node": meta.get("node", ""),
@@ -132,13 +137,18 @@ class StoreCallback(tune.Callback):
                  "started_at": meta.get("started_at", float("nan")),
                  "finished_at": meta.get("finished_at", float("nan")), "pack_id": pack_id,
                  "pack_trials": len(self.packs[pack_id])}
+        kind, misfit = self.trials[tid].kind, ""
         try:
-            self.store.write(tid, rows, curves, extra)
+            try:
+                self.store.write(tid, rows, curves, extra, kind=kind)
+            except SchemaError as e:  # nothing was written: the trial fails, naming the column
+                misfit = f"SchemaError: {e}"
+                self.store.write(tid, self.error_rows(tid, "error", misfit), [], extra, kind=kind)
         except OSError as e:  # disk full, read-only, gone: stop the study cleanly
             self.storage_error = write_error(e, self.store.dir)
-            return None
+            return None, misfit
         self.attempts[tid] = attempt
-        return attempt
+        return attempt, misfit
 
     def _log(self, tid: str, attempt: int, status: str, error: str, meta: dict) -> None:
         try:

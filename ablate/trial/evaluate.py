@@ -8,7 +8,6 @@ seed together, as the papers report it.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -80,9 +79,9 @@ def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> di
         "loss": sum(losses) / len(y),
         "n_graphs": len(y),
         "ft": ft_hit / ft_total if ft_total else math.nan,
-        "acc_by_size": json.dumps(by_size(correct, size)),
-        "gt_mass_curve": json.dumps(mass_curve(np.concatenate(masses))
-                                    if masses and sum(len(m) for m in masses) else {}),
+        "acc_by_size": by_size(correct, size),
+        "gt_mass_curve": (metrics.mass_curve(np.concatenate(masses))
+                          if masses and sum(len(m) for m in masses) else None),
     }
     for layer in range(max(n_pools, 1)):
         has_alpha = bool(alphas[layer])
@@ -118,16 +117,13 @@ def pool_test_auc(records: list[dict], dataset: str) -> None:
         r.update(pooled)
 
 
-def by_size(correct: np.ndarray, size: np.ndarray) -> list:
-    """[lo, hi, accuracy, count] for every non-empty graph-size bin."""
+def by_size(correct: np.ndarray, size: np.ndarray) -> list[dict]:
+    """{lo, hi (inclusive), accuracy, graphs} for every non-empty graph-size bin (the store's
+    `acc_by_size`, a list of structs)."""
     out = []
     for lo, hi in zip(SIZE_BINS[:-1], SIZE_BINS[1:]):
         sel = (size >= lo) & (size < hi)
         if sel.any():
-            out.append([lo, hi - 1, float(correct[sel].mean()), int(sel.sum())])
+            out.append({"lo": lo, "hi": hi - 1, "accuracy": float(correct[sel].mean()),
+                        "graphs": int(sel.sum())})
     return out
-
-
-def mass_curve(mass: np.ndarray) -> dict:
-    """Fraction of graphs whose GT nodes get attention mass >= t, t in `metrics.MASS_THRESHOLDS`."""
-    return {str(t): float((mass >= t).mean()) for t in metrics.MASS_THRESHOLDS}

@@ -140,6 +140,7 @@ class GraphKind(TrialKind):
     """Graph classification trials (`TrialConfig`): COLORS, TRIANGLES, MNIST-75SP, TU."""
 
     name = "graph"
+    store_kind = "graph"  # result_store.schema: the columns of its files
     config = TrialConfig
 
     def resolve(self, cfg: TrialConfig) -> TrialConfig:

@@ -30,6 +30,9 @@ class TrialKind:
     config: type  # frozen dataclass holding every axis of a trial
     datasets: bool = True  # trials load an `ablate.data` dataset (the runner caches and ships it)
     execution_fields: tuple[str, ...] = ("study", "device")  # how/where it runs: not identity
+    store_kind: str = ""  # the declared result-store schema of its files (result_store.schema.KINDS)
+    # its own columns beyond that schema: (name, type) with type string, int64, double or bool
+    store_columns: tuple[tuple[str, str], ...] = ()
 
     def resolve(self, cfg: Any) -> Any:
         """The config with recipe defaults filled in, validated (raises ConfigError)."""

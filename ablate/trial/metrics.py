@@ -73,6 +73,14 @@ def gt_mass(alpha, gt, mask) -> np.ndarray:
     return (alpha * ((gt > 0) & mask)).sum(-1)
 
 
+def mass_curve(mass) -> list[dict]:
+    """{t, fraction} of graphs with attention mass on ground truth >= t (per graph `gt_mass`),
+    for every t of `MASS_THRESHOLDS`: the store's `gt_mass_curve` (a list of structs)."""
+    mass = _np(mass)
+    return [{"t": t, "fraction": float((mass >= t).mean()) if len(mass) else math.nan}
+            for t in MASS_THRESHOLDS]
+
+
 def nnz(alpha, mask, eps: float = 0.01) -> float:
     """NNZ: mean fraction of entries with alpha_j > 0.01 (Pandey et al.)."""
     alpha, mask = _np(alpha), _np(mask).astype(bool)

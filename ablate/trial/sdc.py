@@ -102,8 +102,7 @@ def attention_metrics(alpha: np.ndarray, fg_index: np.ndarray) -> dict:
         "nnz": metrics.nnz(alpha, mask),
         "dist": metrics.dist_to_onehot(alpha, mask),
         "ent": metrics.entropy(alpha, mask),
-        "gt_mass_curve": json.dumps({str(t): float((mass >= t).mean()) if n else math.nan
-                                     for t in metrics.MASS_THRESHOLDS}),
+        "gt_mass_curve": metrics.mass_curve(mass),
     }
 
 
@@ -209,6 +208,7 @@ class SDCKind(TrialKind):
     """Selective-dependence classification trials (`SDCConfig`); data made per task, no cache."""
 
     name = "sdc"
+    store_kind = "sdc"  # result_store.schema: the columns of its files
     config = SDCConfig
     datasets = False
 
