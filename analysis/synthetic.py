@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from analysis.load import replace_file
-from result_store import schema
+from result_store import schema, writer
 
 SIZE_BINS = ((1, 25), (26, 50), (51, 100), (101, 200))
 MASS_T = tuple(round(t, 2) for t in np.linspace(0.05, 0.95, 19))
@@ -64,7 +63,7 @@ def mass_curve(fractions: dict[float, float]) -> list[dict]:
 
 
 def _atomic_write(table: pa.Table, path: Path) -> Path:
-    return replace_file(path, lambda tmp: pq.write_table(table, tmp))
+    return replace_file(path, lambda tmp: writer.write(table, tmp))
 
 
 def write_trials(root: str | Path, study: str, rows: Iterable[dict],

@@ -9,13 +9,14 @@ holds layers 0 .. n-1, n the most its rows need (at least 1).
 `table(rows, kind, part)` builds a file's table: every column of the kind's schema, typed,
 in declared order; a column a row lacks is a typed null. A row that does not fit raises
 `SchemaError` naming the column. The schema's metadata carries the kind, the part and
-`VERSION`; a file without it was written before the schema (version 0, `result_store.legacy`).
+`VERSION` (`result_store.writer` puts it in the file's footer); a file without it was
+written before the schema (version 0, `result_store.legacy`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -317,8 +318,3 @@ def mismatches(sch: pa.Schema, part: str) -> list[str]:
             out.append(f"{f.name}: {f.type}, declared {c.type}")
     return out
 
-
-def declared_names(kinds: Iterable[str] = KINDS, part: str = "trials") -> list[str]:
-    """Every declared name (families as templates) of `kinds`, in declared order."""
-    kinds = set(kinds)
-    return [c.name for c in COLUMNS if c.part == part and kinds & set(c.kinds)]

@@ -87,15 +87,17 @@ def test_foreign_or_corrupt_files_are_rejected_and_left_alone(tmp_path, kind):
 
 
 def test_write_parquet_never_leaves_a_torn_file(tmp_path, monkeypatch):
+    from result_store import writer
+
     path = tmp_path / "x.parquet"
     write_parquet(pa.table({"a": [1]}), path)
-    original = pq.write_table
+    original = writer.write
 
-    def crash(table, where, **kw):
-        original(table, where, **kw)
+    def crash(table, where):
+        original(table, where)
         raise KeyboardInterrupt  # as if killed mid-write
 
-    monkeypatch.setattr(pq, "write_table", crash)
+    monkeypatch.setattr(writer, "write", crash)
     with pytest.raises(KeyboardInterrupt):
         write_parquet(pa.table({"a": [2, 3]}), path)
     assert pq.read_table(path).column("a").to_pylist() == [1]

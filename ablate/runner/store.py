@@ -30,11 +30,10 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ablate.atomic import atomic_write, temp_name
 from ablate.errors import ConfigError
-from result_store import reader
+from result_store import reader, writer
 from result_store import schema as declared
 
 TRIALS, CURVES, FAILURES = "trials", "curves", "failures.jsonl"
@@ -271,8 +270,9 @@ def now_iso() -> str:
 
 
 def write_parquet(table: pa.Table, path: Path) -> Path:
-    """Write `table` to `path` atomically (`ablate.atomic.atomic_write`)."""
-    return atomic_write(path, lambda f: pq.write_table(table, f))
+    """Write `table` to `path` atomically (`ablate.atomic.atomic_write`), as every result
+    file is written (`result_store.writer`)."""
+    return atomic_write(path, lambda f: writer.write(table, f))
 
 
 def _studies(results_dir: Path, study: str | None) -> list[Path]:
