@@ -14,6 +14,7 @@ ever written.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import pyarrow.dataset as ds
 
 from result_store import legacy, schema
 
-FILE = "_file"  # the source file's path, a column where the caller asks for it
+FILE = "_file"  # the source file's path (`file_key`), a column where the caller asks for it
 _TRIAL_ID = re.compile(r"^[0-9a-f]{12}$")  # the runner's trial file names
 
 
@@ -46,6 +47,11 @@ class Scan:
     versions: dict[Path, int] = field(default_factory=dict)  # every readable result file
     problems: list[str] = field(default_factory=list)  # one line per foreign or damaged file
     bad: list[Path] = field(default_factory=list)  # the files those lines name
+
+
+def file_key(path: Path | str) -> str:
+    """A file's name in the `FILE` column: its absolute path (symbolic links not resolved)."""
+    return os.path.abspath(path)
 
 
 def bad_file_advice(path: Path, part: str = "trials") -> str:
@@ -83,15 +89,19 @@ def read(files: Sequence[Path], part: str = "trials", required: Collection[str] 
     fs = pa.fs.LocalFileSystem()
     scan = Scan(pa.table({}))
     groups: dict[int, list] = {}
+    seen: list[tuple[pa.Schema, tuple[int | None, str]]] = []  # the files of a store share few
     for f in files:
         try:
-            frag = fmt.make_fragment(str(Path(f).resolve()), fs)
+            frag = fmt.make_fragment(file_key(f), fs)
             phys = frag.physical_schema  # parses the footer once; the scan reuses it
         except (OSError, pa.ArrowException) as e:
             _problem(scan, f, f"not a readable Parquet file ({_first(e)}); "
                      f"{bad_file_advice(Path(f), part)}")
             continue
-        version, why = _classify(phys, part, required)
+        known = next((got for sch, got in seen if sch.equals(phys, check_metadata=True)), None)
+        version, why = known or _classify(phys, part, required)
+        if known is None and len(seen) < 16:
+            seen.append((phys, (version, why)))
         if version is not None and version > schema.VERSION:
             raise NewerSchema(Path(f), version)
         if why:
@@ -181,7 +191,7 @@ def _upgrade(table: pa.Table, members: list, part: str, scan: Scan) -> pa.Table 
         pass
     good = []
     for f, _, _ in members:
-        rows = table.filter(pc.equal(table[FILE], str(Path(f).resolve())))
+        rows = table.filter(pc.equal(table[FILE], file_key(f)))
         try:
             good.append(legacy.upgrade(rows, part))
         except ValueError as e:

@@ -111,7 +111,7 @@ class Store:
         for path in files:
             if path in trials.bad:
                 continue
-            got = rows.get(str(path.resolve()), [])
+            got = rows.get(reader.file_key(path), [])
             ids, studies = {r[0] for r in got}, {r[1] for r in got}
             if got and (ids != {path.stem} or studies != {self.study}):
                 problems.append(f"{path}: holds trial {sorted(ids)} of study {sorted(studies)}, "
