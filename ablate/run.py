@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 
-RESUME = "interrupted: rerun the same command to resume"
+RESUME = "interrupted: rerun the same command to resume"  # = ablate.runner.signals.RESUME
 
 
 def _sigterm_before_main(signum, frame) -> None:  # nothing has started yet: just the line

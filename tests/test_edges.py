@@ -277,3 +277,22 @@ def test_the_report_lands_beside_the_results_and_git_ignores_it(tmp_path, monkey
     assert (tmp_path / "report" / "report.html").is_file()
     for path in ("report/report.html", "report/.cache/x.parquet", "results/smoke/plan.json"):
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+
+
+def test_sigterm_inside_an_import_leaves_with_the_resume_line_not_a_half_imported_library(
+        tmp_path):
+    """SIGTERM that lands while a module is being imported (after `main` installed the
+    raising handler) exits 143 with the resume line: raising there would leave the library
+    half-imported and fail later with a traceback."""
+    code = ("import sys\n"
+            "from ablate.runner.signals import raise_on_sigterm\n"
+            "raise_on_sigterm()\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import slow_module  # sends itself SIGTERM halfway through its top level\n"
+            "print('imported')\n")
+    tmp_path.joinpath("slow_module.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nHALF = 1\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 143, (p.stdout, p.stderr)
+    assert RESUME in p.stdout and "imported" not in p.stdout and "Traceback" not in p.stderr

@@ -5,6 +5,7 @@ Ray it started. While Tune runs, the driver's own handler asks Tune to stop grac
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -13,7 +14,26 @@ class Terminated(KeyboardInterrupt):
     """The process got SIGTERM (exit code 143; a rerun resumes)."""
 
 
+RESUME = "interrupted: rerun the same command to resume"
+
+
+def _importing(frame) -> bool:
+    """True while `frame` runs inside an import (some module's top level executing)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _raise_terminated(signum, frame) -> None:
+    if _importing(frame):
+        # raised inside an import, the error would leave a library half-imported (numpy
+        # without `matrix`: seen), and a library that catches it would fail later on the
+        # half module with a traceback. Leave now, as before `main`: anything Ray left is
+        # cleaned by the next run (`ray_env.clean_ray_leftovers`).
+        print(RESUME, flush=True)
+        os._exit(143)
     raise Terminated()
 
 
