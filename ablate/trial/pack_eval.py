@@ -19,7 +19,6 @@ evaluations of those splits returned, again with one transfer.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,7 +139,7 @@ class _Columns:
 def _focus_and_mass(a: Tensor, g: Tensor, m: Tensor, thresholds: Tensor) -> Tensor:
     """FT hits, FT graphs, graphs with any gt > 0 and per threshold the graphs among them whose
     GT nodes hold mass >= t, per member: (S, B, N) -> (S, 3 + T) (`metrics.focus_true`,
-    `metrics.gt_mass`, `evaluate.mass_curve`)."""
+    `metrics.gt_mass`, `metrics.mass_curve`)."""
     g_pos = g > 0
     has_gt = (g_pos & m).any(-1)  # (S, B) FT counts graphs with a valid GT node
     top = torch.where(m, a, torch.full_like(a, -math.inf)).argmax(-1, keepdim=True)
@@ -226,23 +225,24 @@ def _record(row: list[float], cols: _Columns, n: int, n_pools: int, scored: bool
     if not full:
         rec["attn_auc_l0"] = aucs[0]
         return rec
-    curve: dict = {}
+    curve: list[dict] | None = None  # no graph with ground truth: null, as `evaluate`
     if scored:
         f = cols.ft
         hit, total, n_has = (int(v) for v in row[f:f + 3])
         rec["ft"] = hit / total if total else math.nan
         if n_has:
             counts = row[f + 3:f + 3 + cols.n_mass]
-            curve = {str(t): int(c) / n_has for t, c in zip(MASS_THRESHOLDS, counts)}
+            curve = [{"t": t, "fraction": int(c) / n_has} for t, c in zip(MASS_THRESHOLDS, counts)]
     else:
         rec["ft"] = math.nan
-    sizes = []
+    sizes = []  # the store's list of structs, as `evaluate.by_size`
     for k, (lo, hi) in enumerate(zip(SIZE_BINS[:-1], SIZE_BINS[1:])):
         count = int(row[cols.bin_count + k])
         if count:
-            sizes.append([lo, hi - 1, int(row[cols.bin_correct + k]) / count, count])
-    rec["acc_by_size"] = json.dumps(sizes)
-    rec["gt_mass_curve"] = json.dumps(curve)
+            sizes.append({"lo": lo, "hi": hi - 1, "accuracy": int(row[cols.bin_correct + k]) / count,
+                          "graphs": count})
+    rec["acc_by_size"] = sizes
+    rec["gt_mass_curve"] = curve
     for layer, auc in enumerate(aucs):
         rec[f"attn_auc_l{layer}"] = auc
     for layer in range(n_pools):
