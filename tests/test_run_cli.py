@@ -92,7 +92,7 @@ def test_foreign_file_in_store_exits_2_and_is_not_modified(capsys, tmp_path):
     digest = hashlib.sha256(foreign.read_bytes()).hexdigest()
     assert main(["study=smoke", f"results_dir={tmp_path / 'r'}"]) == 2
     err = capsys.readouterr().err
-    assert "not an ablate result file" in err and len(err.strip().splitlines()) == 1
+    assert "not an ablate trial file" in err and len(err.strip().splitlines()) == 1
     assert hashlib.sha256(foreign.read_bytes()).hexdigest() == digest
     assert not _ray_running()
 
