@@ -283,3 +283,27 @@ def test_attention_sums_to_one_over_real_nodes(normalizer, scale):
         has = m.any(-1)
         torch.testing.assert_close(sums[has], torch.ones(int(has.sum())), atol=1e-5, rtol=0)
         assert (sums[~has] == 0).all()
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max"])
+def test_readout_of_a_relu_layer_needs_no_mask(kind):
+    """The readout of a ReLU layer's masked output (>= 0, 0 on absent nodes) without masking
+    gives the masked readout's values and, through the layer, its gradients (ties of 0 and of
+    the maximum included; a graph left empty gives 0)."""
+    from ablate.models.readout import readout
+
+    g = torch.Generator().manual_seed(0)
+    B, N, C = 5, 7, 6
+    mask = torch.rand(B, N, generator=g) < 0.7
+    mask[0] = False  # an empty graph
+    graph = Graph(torch.zeros(B, N, N), mask)
+    h0 = torch.randint(-2, 3, (B, N, C), generator=g).float()  # many ties, many zeros
+    grads = []
+    for masked_nonneg in (False, True):
+        h = h0.clone().requires_grad_()
+        x = torch.relu(h) * graph.maskf.unsqueeze(-1)
+        out = readout(x, graph, kind, masked_nonneg=masked_nonneg)
+        out.backward(torch.arange(B * C, dtype=torch.float32).view(B, C))
+        grads.append((out.detach(), h.grad))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert torch.equal(grads[0][1], grads[1][1])

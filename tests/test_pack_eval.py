@@ -165,6 +165,24 @@ def test_alive_subset_and_member_chunks_do_not_change_members(monkeypatch):
         _assert_record(a, b, "alive")
 
 
+def test_cpu_graph_slices_give_the_records_of_whole_batches(monkeypatch):
+    """On a CPU eval batches run in slices of graphs (cache-sized): the records are exactly
+    those of one forward per batch, for a pooled and a two-pool (TRIANGLES) model."""
+    tri = resolve(TrialConfig(dataset="triangles", data_params=TRI, epochs=2, seeds=(0, 1),
+                              device="cpu", test_batch_size=64))
+    for cfg in (tiny(supervision="sup"), tri):
+        stack, splits = _trained(cfg, seeds=(0, 1))
+        batches = eval_batches(splits["test_orig"], cfg.test_batch_size, CPU)
+        whole = batched.evaluate_members(stack, [0, 1], batches, cfg).records
+        monkeypatch.setattr(batched, "CPU_EVAL_ENTRIES", 1)
+        monkeypatch.setattr(batched, "CPU_EVAL_GRAPHS", 3)  # 3 graphs per forward
+        sliced = batched.evaluate_members(stack, [0, 1], batches, cfg).records
+        monkeypatch.undo()
+        for a, b in zip(sliced, whole):  # exactly equal (NaN where NaN)
+            assert a.keys() == b.keys()
+            assert all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a), (a, b)
+
+
 def test_attention_auc_pack_matches_metrics_with_ties_and_one_class_rows():
     g = torch.Generator().manual_seed(0)
     alpha = torch.randint(0, 5, (4, 50), generator=g).float() / 4  # many ties

@@ -145,6 +145,10 @@ class GraphLayer(nn.Module):
             h = torch.baddbmm(lin.bias.view(1, 1, H), P, y)  # (B, N, H) = sum_k T_k X W_k + b
         for m in self.mlp[1:]:
             h = m(h)
+        if not torch.is_grad_enabled():  # evaluation: h is this layer's own, update it in place
+            if self.activation:
+                h.relu_()
+            return h.mul_(graph.maskf.unsqueeze(-1))
         if self.activation:
             h = torch.relu(h)
         return h * graph.maskf.unsqueeze(-1)

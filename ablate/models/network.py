@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from ablate.models.dropout import CounterDropout
 from ablate.models.layers import Graph, GraphLayer
 from ablate.models.pooling import AttentionPool, GaoTopKPool, PoolResult
+from ablate.models.readout import readout
 
 if TYPE_CHECKING:  # models take the config they are given; they do not import the config layer
     from ablate.config import TrialConfig
@@ -35,17 +36,6 @@ class NetOutput:
         """Sum of the attention KL terms (0 when unsupervised)."""
         terms = [p.kl for p in self.pools if p.kl is not None]
         return torch.stack(terms).sum() if terms else 0.0
-
-
-def readout(x: Tensor, graph: Graph, kind: str) -> Tensor:
-    """Graph readout over present nodes: sum, mean or max. Shapes: (B, N, C) -> (B, C)."""
-    m = graph.maskf.unsqueeze(-1)  # (B, N, 1)
-    if kind == "sum":
-        return (x * m).sum(1)
-    if kind == "mean":
-        return (x * m).sum(1) / m.sum(1).clamp(min=1)
-    out = x.masked_fill(~graph.mask.unsqueeze(-1), float("-inf")).amax(1)
-    return torch.where(torch.isfinite(out), out, torch.zeros_like(out))  # graphs left empty
 
 
 class GraphNet(nn.Module):
@@ -83,6 +73,7 @@ class GraphNet(nn.Module):
         self.head_dropout = CounterDropout(cfg.dropout, layer=0) if cfg.dropout > 0 else nn.Identity()
         self.head = nn.Linear(widths[-1], out_channels)
         self.regression = out_channels == 1
+        self._relu_readout = len(self.layers) > 0 and len(self.layers) not in cfg.pool_layers
 
     def reset_parameters(self) -> None:
         for m in [*self.layers, *self.pools.values(), self.head]:
@@ -111,7 +102,8 @@ class GraphNet(nn.Module):
                 break
             x_prev = x
             x = self.layers[i](x, graph)  # (B, N, F_i)
-        h = readout(x, graph, cfg.readout)  # (B, F)
+        # a ReLU layer's masked output (>= 0, 0 on absent nodes) unless pooled after the last
+        h = readout(x, graph, cfg.readout, masked_nonneg=self._relu_readout)  # (B, F)
         if self.training and cfg.dropout > 0:
             h = self.head_dropout(h, hyper.get("dropout_seed"), hyper.get("step"))
         out = self.head(h)  # (B, out)

@@ -84,6 +84,8 @@ from ablate.trial.setup import init_cosines, model_sizes, shuffler
 from ablate.trial.weak import MODEL_B_SEED, model_b_config, weak_attention, weak_floor
 
 EVAL_ENTRIES = 50_000_000  # feature entries (members x graphs x nodes x channels) per vmapped eval
+CPU_EVAL_ENTRIES = 1 << 18  # feature entries of one member per eval forward on a CPU (cache-sized)
+CPU_EVAL_GRAPHS = 128  # but at least these graphs per eval forward (per-op overhead)
 
 
 PACKABLE = ("seeds", "init_dist", "init_scale", *STACKED)  # axes members of one pack may differ in
@@ -130,7 +132,11 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
                   ) -> Iterator[tuple[DenseBatch, torch.Tensor, list[PackPool]]]:
     """Per eval batch (batch, out (S, B, ...), pools): one vmapped forward of the members
     `alive` (in that order; in chunks of members bounded by `EVAL_ENTRIES`), on the device.
-    `pools` holds per pooling layer (alpha, gt, mask_before, mask_after), each (S, B, N)."""
+    `pools` holds per pooling layer (alpha, gt, mask_before, mask_after), each (S, B, N).
+
+    On a CPU each batch runs in slices of graphs (`eval_graphs`), so that a forward's
+    features stay in cache; every graph is computed alone, so the outputs are those of
+    the whole batch."""
     base = stack.base
 
     def fwd(p: dict, hyper: dict, x, A, mask, gt):
@@ -144,21 +150,53 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
     base.eval()
     width = max([b.x.shape[-1] for _, b in batches[:1]] + list(cfg.filters) + [cfg.hidden or 0])
     for _, b in batches:
-        per = b.x.shape[0] * b.x.shape[1] * width * cfg.K
-        chunk = max(1, EVAL_ENTRIES // max(per, 1))
+        B, N = b.x.shape[0], b.x.shape[1]
+        # members per forward from the whole batch (how members group changes rounding)
+        chunk = max(1, EVAL_ENTRIES // max(B * N * width * cfg.K, 1))
+        step = eval_graphs(N * width, B, b.x.device)
         parts = []
-        for s0 in range(0, len(alive), chunk):
-            sel = idx[s0:s0 + chunk]
-            p = {k: v[sel] for k, v in stack.params.items()}
-            h = {k: v[sel] for k, v in stack.hyper.items()}
-            parts.append(vmap(fwd, in_dims=(0, 0, None, None, None, None))(
-                p, h, b.x, b.A, b.mask, b.gt))
-        if len(parts) == 1:
-            out, pools = parts[0]
-        else:  # outputs are small next to the forward's features: one (S, ...) tensor each
-            out = torch.cat([o for o, _ in parts])
-            pools = [tuple(torch.cat(t) for t in zip(*layer)) for layer in zip(*(q for _, q in parts))]
+        for g0 in range(0, B, step):
+            g = slice(g0, g0 + step)
+            for s0 in range(0, len(alive), chunk):
+                sel = idx[s0:s0 + chunk]
+                p = {k: v[sel] for k, v in stack.params.items()}
+                h = {k: v[sel] for k, v in stack.hyper.items()}
+                parts.append(vmap(fwd, in_dims=(0, 0, None, None, None, None))(
+                    p, h, b.x[g], b.A[g], b.mask[g], b.gt[g]))
+        out, pools = _join(parts, -(-B // step))
         yield b, out, list(pools)
+
+
+def eval_graphs(per_graph: int, B: int, device: torch.device) -> int:
+    """Graphs per vmapped eval forward: all B on CUDA (fewest launches); on a CPU as many as
+    keep one member's features within `CPU_EVAL_ENTRIES` (a pure function of the graph
+    shape, never of the members, so a member's numbers do not depend on its pack)."""
+    if device.type == "cuda":
+        return B
+    return min(B, max(CPU_EVAL_GRAPHS, CPU_EVAL_ENTRIES // max(per_graph, 1)))
+
+
+def _join(parts: list, n_slices: int) -> tuple[torch.Tensor, list]:
+    """(out, pools) of the parts of one batch, graph slices outer and member chunks inner,
+    joined into whole-batch tensors (members along dim 0, graphs along dim 1)."""
+    if len(parts) == 1:
+        return parts[0]
+    per = len(parts) // n_slices
+    rows = [parts[i * per:(i + 1) * per] for i in range(n_slices)]
+
+    def members(row):
+        if len(row) == 1:
+            return row[0]
+        out = torch.cat([o for o, _ in row])
+        pools = [tuple(torch.cat(t) for t in zip(*layer)) for layer in zip(*(q for _, q in row))]
+        return out, pools
+
+    joined = [members(r) for r in rows]
+    if len(joined) == 1:
+        return joined[0]
+    out = torch.cat([o for o, _ in joined], 1)
+    pools = [tuple(torch.cat(t, 1) for t in zip(*layer)) for layer in zip(*(q for _, q in joined))]
+    return out, pools
 
 
 def _loo_alpha(stack: MemberStack, alive: list[int], cfg: TrialConfig) -> LooAlpha:
