@@ -126,18 +126,24 @@ def data_folder(path: str | os.PathLike | None) -> Path:
     return Path(path).expanduser() if path is not None else cache_dir() / "data"
 
 
+def _located(name: str, path: str | None) -> tuple[Source, Path, bool]:
+    """(source, data folder, whether it holds every raw file); a half-filled folder (some
+    files there, some not) is refused, never completed over what the user put there."""
+    folder = _usable_folder(name, path)
+    present, missing = _inventory(name, folder)
+    if missing and present:
+        raise _half_filled(name, folder, present, missing)
+    return SOURCES[name], folder, not missing
+
+
 def ensure_files(name: str, path: str | None = None, url: str | None = None,
                  progress: bool = False) -> Path:
     """The data folder of dataset `name`, holding its raw files: downloaded and checked if the
     folder has none of them (a line on stderr says so when `progress`); a half-filled folder,
     a missing data.path or a failed download is one ConfigError line."""
-    src = SOURCES[name]
-    folder = _usable_folder(name, path)
-    present, missing = _inventory(name, folder)
-    if not missing:
+    src, folder, complete = _located(name, path)
+    if complete:
         return folder
-    if present:
-        raise _half_filled(name, folder, present, missing)
     if os.environ.get(ENV_ALLOW, "1") == "0":
         raise ConfigError(f"{src.label} files are not in {str(folder)!r} and this process may not "
                           f"download (${ENV_ALLOW}=0; Ray workers get the driver's prepared "
@@ -150,13 +156,9 @@ def check_files(name: str, path: str | None = None, url: str | None = None) -> s
     """What a run would do for dataset `name`, checked without downloading (dry runs): None when
     the files are there, else a note naming the download; refusals as in `ensure_files`, and an
     unreachable server is refused the way a failed download is."""
-    src = SOURCES[name]
-    folder = _usable_folder(name, path)
-    present, missing = _inventory(name, folder)
-    if not missing:
+    src, folder, complete = _located(name, path)
+    if complete:
         return None
-    if present:
-        raise _half_filled(name, folder, present, missing)
     base = base_url(name, url)
     anchor = next((p for p in [folder, *folder.parents] if p.exists()), None)
     if anchor is None or not os.access(anchor, os.W_OK | os.X_OK):
