@@ -14,16 +14,14 @@ incomplete (planned trials not run or failed), 2 a corrupt or foreign file.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
-RESUME = "interrupted: rerun the same command to resume"  # = ablate.runner.signals.RESUME
+from ablate.runner.signals import RESUME, exit_resumable  # stdlib only: cheap this early
 
 
 def _sigterm_before_main(signum, frame) -> None:  # nothing has started yet: just the line
-    print(RESUME, flush=True)
-    os._exit(143)
+    exit_resumable()
 
 
 if __name__ == "__main__":  # SIGTERM while the imports below run

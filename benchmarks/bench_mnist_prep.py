@@ -59,14 +59,21 @@ def main() -> None:
     ap.add_argument("--n-val", type=int, default=5000, help="the recipe's n_val (held out of train)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mnist_prep_"))
+    try:
+        _measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, work: Path) -> None:
+    from ablate.data import download, load_graphsets
+
     serve = work / "serve"
     serve.mkdir()
     train_x, train_y = digit_images(args.n_train, 0)
     test_x, test_y = digit_images(args.n_test, 1)
     sums = {}
-    for name, arr in zip(("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-                         (train_x, train_y, test_x, test_y)):
+    for name, arr in zip(download.MNIST_FILES, (train_x, train_y, test_x, test_y)):
         blob = idx_gz(arr)
         (serve / f"{name}.gz").write_bytes(blob)
         sums[f"{name}.gz"] = "sha256:" + hashlib.sha256(blob).hexdigest()
@@ -78,9 +85,6 @@ def main() -> None:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
-
-    from ablate.data import download, load_graphsets
-
     t0 = time.perf_counter()
     download.ensure_files("mnist_sp", None, url)
     t1 = time.perf_counter()
@@ -94,7 +98,6 @@ def main() -> None:
     sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
     print(f"superpixels, graphs and cache of {converted} images ({sizes}): {t2 - t1:.1f} s "
           f"({1e3 * (t2 - t1) / converted:.2f} ms per image)")
-    shutil.rmtree(work)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ torch.set_num_threads(1)
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # Ray 2.60: local test clusters need it
 # Tests never download from the internet: MNIST / TU base URLs point at a closed loopback port
 # (tests/test_download.py serves its own files on 127.0.0.1 and passes their URL)
-os.environ.setdefault("ABLATE_MNIST_URL", "http://127.0.0.1:9/no-downloads-in-tests")
-os.environ.setdefault("ABLATE_TU_URL", "http://127.0.0.1:9/no-downloads-in-tests")
+os.environ["ABLATE_MNIST_URL"] = "http://127.0.0.1:9/no-downloads-in-tests"
+os.environ["ABLATE_TU_URL"] = "http://127.0.0.1:9/no-downloads-in-tests"
 
 
 @pytest.fixture

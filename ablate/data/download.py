@@ -183,6 +183,7 @@ def fetch(name: str, folder: Path, base: str, progress: bool = False) -> None:
     socket.setdefaulttimeout(TIMEOUT_S)  # download_url opens its URL without a timeout
     try:
         staged = tmp / "staged"
+        known = checksums()  # read once per fetch
         for fname in src.files:
             url = f"{base}/{fname}"
             try:
@@ -190,7 +191,7 @@ def fetch(name: str, folder: Path, base: str, progress: bool = False) -> None:
             except Exception as e:  # no network, refused, HTTP error, reset mid-transfer
                 raise ConfigError(f"cannot download {url} ({_reason(e)}): no network or no such "
                                   f"file; {_by_hand(src, folder)}") from None
-            verify(tmp / fname, src, folder, url)
+            verify(tmp / fname, src, folder, url, known)
         _stage(name, tmp, staged)
         _install(name, staged, folder)
     finally:
@@ -198,9 +199,11 @@ def fetch(name: str, folder: Path, base: str, progress: bool = False) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # only our own unique temp folder
 
 
-def verify(file: Path, src: Source, folder: Path, url: str) -> None:
-    """`file` matches its known checksum, or one ConfigError (the caller removes the file)."""
-    known = checksums().get(file.name)
+def verify(file: Path, src: Source, folder: Path, url: str,
+           table: dict[str, tuple[str, str]] | None = None) -> None:
+    """`file` matches its known checksum (`table`, default `checksums()`), or one ConfigError
+    (the caller removes the file)."""
+    known = (table if table is not None else checksums()).get(file.name)
     if known is None:
         raise ConfigError(f"no checksum known for {file.name} from {url}; add it to "
                           f"${ENV_CHECKSUMS} (a JSON file of name: \"sha256:HEX\") or "
@@ -216,12 +219,9 @@ def verify(file: Path, src: Source, folder: Path, url: str) -> None:
 
 
 def file_digest(path: Path, algo: str) -> str:
-    """Hex digest of a file, read in 1 MiB blocks."""
-    h = hashlib.new(algo)
+    """Hex digest of a file."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, algo).hexdigest()
 
 
 def checksums() -> dict[str, tuple[str, str]]:
@@ -253,8 +253,7 @@ def _usable_folder(name: str, path: str | None) -> Path:
     folder = data_folder(path)
     if path is not None and not folder.is_dir():
         src = SOURCES[name]
-        what = "MNIST directory" if src is _MNIST else f"{src.label} directory"
-        raise ConfigError(f"{what} {str(folder)!r} (data.path) does not exist; create it to "
+        raise ConfigError(f"{src.label} directory {str(folder)!r} (data.path) does not exist; create it to "
                           f"download {src.label} there, or leave data.path unset to use "
                           f"{data_folder(None)}")
     return folder

@@ -297,9 +297,11 @@ def check_data_paths(study: Study) -> list[str]:
         seen.add(t.data_hash)
         try:
             if download.downloadable(t.dataset):
-                if not dataset_cache_path(t.dataset, params).exists():
-                    note = download.check_files(t.dataset, params.get("path"), params.get("url"))
-                    if note and note not in notes:
+                where = (t.dataset, params.get("path"), params.get("url"))  # raw files: per place
+                if where not in seen and not dataset_cache_path(t.dataset, params).exists():
+                    seen.add(where)
+                    note = download.check_files(*where)
+                    if note:
                         notes.append(note)
             elif not Path(params["path"]).expanduser().exists():
                 raise ConfigError(f"data.path {str(params['path'])!r} does not exist")

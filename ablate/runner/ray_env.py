@@ -49,6 +49,16 @@ RAY_ENV = {
 }
 
 
+def worker_data_env(cache_dir: str | None) -> None:
+    """In a Ray worker: read datasets from the driver's cache folder (when it shipped one) and
+    never download (the driver fetched and prepared every data set before trials started)."""
+    from ablate.data.download import ENV_ALLOW
+
+    if cache_dir:
+        os.environ["ABLATE_CACHE"] = cache_dir
+    os.environ[ENV_ALLOW] = "0"
+
+
 def quiet_ray_env() -> None:
     """Set `RAY_ENV` in this process's environment, keeping any value the user already set."""
     for key, value in RAY_ENV.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from ablate.runner.ray_env import worker_data_env
 from ablate.runner.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
 
 
@@ -70,9 +71,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
 
     @ray.remote(num_cpus=spec.cpus_per_trial)
     def _run(cfg):
-        if cache:
-            os.environ["ABLATE_CACHE"] = cache
-        os.environ["ABLATE_DOWNLOAD"] = "0"  # never download here: the driver prepared the data
+        worker_data_env(cache)
         return run_trial_full(cfg)
 
     todo = {role: _run.remote(jobs[role]) for role in jobs if ids[role] not in done}

@@ -11,13 +11,13 @@ a test split.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import statistics
 import threading
 from collections.abc import Callable
 
 from ablate.errors import ConfigError
+from ablate.runner.ray_env import worker_data_env
 from ablate.runner.search_spec import METRIC, PARAMS, SearchSpec, arm_config
 
 SEARCH_SPLITS = ("train", "val")  # the only splits a search trial may read
@@ -178,9 +178,7 @@ def search_trainable(config: dict, base: dict) -> None:
 
     from ablate.trial.setup import prepare_process
 
-    if base.get("cache_dir"):
-        os.environ["ABLATE_CACHE"] = base["cache_dir"]
-    os.environ["ABLATE_DOWNLOAD"] = "0"  # never download here: the driver prepared the data
+    worker_data_env(base.get("cache_dir"))
     torch.set_num_threads(max(1, int(base["cpus"])))
     prepare_process()
     params = {k: config[k] for k in PARAMS if k in config}

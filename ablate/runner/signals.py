@@ -32,9 +32,14 @@ def _raise_terminated(signum, frame) -> None:
         # without `matrix`: seen), and a library that catches it would fail later on the
         # half module with a traceback. Leave now, as before `main`: anything Ray left is
         # cleaned by the next run (`ray_env.clean_ray_leftovers`).
-        print(RESUME, flush=True)
-        os._exit(143)
+        exit_resumable()
     raise Terminated()
+
+
+def exit_resumable() -> None:
+    """Print the resume line and leave at once with 143 (SIGTERM), running no clean-up."""
+    print(RESUME, flush=True)
+    os._exit(143)
 
 
 def raise_on_sigterm() -> None:

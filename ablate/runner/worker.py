@@ -21,6 +21,7 @@ from typing import Any
 
 from ablate.atomic import atomic_write
 from ablate.runner.kinds import load_attr
+from ablate.runner.ray_env import worker_data_env
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
 
@@ -116,9 +117,7 @@ def trainable(config: dict, blobs: dict | None = None) -> None:
     from ray import tune
 
     p = config["trial"]
-    if p.get("cache_dir"):
-        os.environ["ABLATE_CACHE"] = p["cache_dir"]
-    os.environ["ABLATE_DOWNLOAD"] = "0"  # never download here: the driver prepared the data
+    worker_data_env(p.get("cache_dir"))
     gpu_ids = ray.get_gpu_ids()
     if not gpu_ids:  # no GPU assigned: never touch one another trial may hold (device=auto)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
