@@ -139,12 +139,13 @@ def sdc_dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
     c = curves.merge(runs, on=["trial_id", "seed"], how="inner")
     if c.empty:
         return []
+    hue = most_frequent(c.drop_duplicates(["trial_id", "seed"]), "variant", variants)
+    left = not_drawn(c["variant"].unique(), hue)
+    c = c[c["variant"].isin(hue)]
     names = [m for m, _ in metrics]
     q = c.groupby(["dataset", "variant", "epoch"])[names].quantile([0.25, 0.5, 0.75])
     present = set(zip(q.index.get_level_values(0), q.index.get_level_values(1)))
     datasets = sorted(c["dataset"].unique())
-    hue = most_frequent(c.drop_duplicates(["trial_id", "seed"]), "variant", variants)
-    left = not_drawn(c["variant"].unique(), hue)
     pal = palette(hue)
     style, ctx = theme()
     with style, ctx:

@@ -29,7 +29,6 @@ from analysis import figure_style, stats
 from analysis.figure_style import (
     LEVEL,
     MARKERS,
-    MAX_HUE,
     RASTER_POINTS,
     Figure,
     correlation,
@@ -56,7 +55,8 @@ def _hue_labels(d: pd.DataFrame, hue: str | None, variants: list[str]) -> tuple[
         return d["variant"], most_frequent(d, "variant", variants)
     vals = sorted(d[hue].unique().tolist(), key=lambda v: (isinstance(v, str), v))
     names = {v: f"{hue}={axis_value_text(v)}" for v in vals}
-    return d[hue].map(names), [names[v] for v in vals][:MAX_HUE]
+    label = d[hue].map(names)
+    return label, most_frequent(pd.DataFrame({"c": label}), "c", [names[v] for v in vals])
 
 
 def acc_vs_auc(ok: pd.DataFrame, out: Path, study: str, variants: list[str],

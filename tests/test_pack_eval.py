@@ -15,7 +15,6 @@ from ablate.trial.batches import TrainBatches, eval_batches
 from ablate.trial.evaluate import evaluate, pool_test_auc
 from ablate.trial.pack_eval import CURVE_KEYS, attention_auc_pack, pool_test_auc_pack, summarize_pack
 from ablate.trial.weak import leave_one_out_batch, weak_attention, weak_floor
-from result_store.legacy import native_value
 
 SYNCS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::is_nonzero")
 
@@ -49,9 +48,10 @@ def _close(a, b, key: str) -> bool:
 
 
 def _same_nested(k: str, a, b) -> bool:
-    """Equal `acc_by_size` / `gt_mass_curve` in the store's form (either side may still be the
-    JSON text of schema v0, which the store converts)."""
-    x, y = native_value(k, a), native_value(k, b)
+    """Equal `acc_by_size` / `gt_mass_curve`, both in the store's form (a list of structs, or
+    None), as the eager and the pack's evaluation give them."""
+    assert all(v is None or isinstance(v, list) for v in (a, b)), (k, a, b)
+    x, y = a, b
     if x is None or y is None:
         return x is None and y is None
     num = "accuracy" if k == "acc_by_size" else "fraction"

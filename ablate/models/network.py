@@ -73,7 +73,8 @@ class GraphNet(nn.Module):
         self.head_dropout = CounterDropout(cfg.dropout, layer=0) if cfg.dropout > 0 else nn.Identity()
         self.head = nn.Linear(widths[-1], out_channels)
         self.regression = out_channels == 1
-        self._relu_readout = len(self.layers) > 0 and len(self.layers) not in cfg.pool_layers
+        self._relu_readout = (len(self.layers) > 0 and len(self.layers) not in cfg.pool_layers
+                              and self.layers[-1].activation)
 
     def reset_parameters(self) -> None:
         for m in [*self.layers, *self.pools.values(), self.head]:

@@ -154,16 +154,15 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
         # members per forward from the whole batch (how members group changes rounding)
         chunk = max(1, EVAL_ENTRIES // max(B * N * width * cfg.K, 1))
         step = eval_graphs(N * width, B, b.x.device)
-        parts = []
+        members = [({k: v[sel] for k, v in stack.params.items()},
+                    {k: v[sel] for k, v in stack.hyper.items()})
+                   for sel in (idx[s0:s0 + chunk] for s0 in range(0, len(alive), chunk))]
+        rows = []  # per slice of graphs: the member chunks joined along members (dim 0)
         for g0 in range(0, B, step):
             g = slice(g0, g0 + step)
-            for s0 in range(0, len(alive), chunk):
-                sel = idx[s0:s0 + chunk]
-                p = {k: v[sel] for k, v in stack.params.items()}
-                h = {k: v[sel] for k, v in stack.hyper.items()}
-                parts.append(vmap(fwd, in_dims=(0, 0, None, None, None, None))(
-                    p, h, b.x[g], b.A[g], b.mask[g], b.gt[g]))
-        out, pools = _join(parts, -(-B // step))
+            rows.append(_cat([vmap(fwd, in_dims=(0, 0, None, None, None, None))(
+                p, h, b.x[g], b.A[g], b.mask[g], b.gt[g]) for p, h in members], 0))
+        out, pools = _cat(rows, 1)  # slices joined along graphs (dim 1)
         yield b, out, list(pools)
 
 
@@ -176,26 +175,12 @@ def eval_graphs(per_graph: int, B: int, device: torch.device) -> int:
     return min(B, max(CPU_EVAL_GRAPHS, CPU_EVAL_ENTRIES // max(per_graph, 1)))
 
 
-def _join(parts: list, n_slices: int) -> tuple[torch.Tensor, list]:
-    """(out, pools) of the parts of one batch, graph slices outer and member chunks inner,
-    joined into whole-batch tensors (members along dim 0, graphs along dim 1)."""
+def _cat(parts: list, dim: int) -> tuple[torch.Tensor, list]:
+    """(out, pools) forward results joined along `dim` (the one part itself when alone)."""
     if len(parts) == 1:
         return parts[0]
-    per = len(parts) // n_slices
-    rows = [parts[i * per:(i + 1) * per] for i in range(n_slices)]
-
-    def members(row):
-        if len(row) == 1:
-            return row[0]
-        out = torch.cat([o for o, _ in row])
-        pools = [tuple(torch.cat(t) for t in zip(*layer)) for layer in zip(*(q for _, q in row))]
-        return out, pools
-
-    joined = [members(r) for r in rows]
-    if len(joined) == 1:
-        return joined[0]
-    out = torch.cat([o for o, _ in joined], 1)
-    pools = [tuple(torch.cat(t, 1) for t in zip(*layer)) for layer in zip(*(q for _, q in joined))]
+    out = torch.cat([o for o, _ in parts], dim)
+    pools = [tuple(torch.cat(t, dim) for t in zip(*layer)) for layer in zip(*(q for _, q in parts))]
     return out, pools
 
 
