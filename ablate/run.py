@@ -213,7 +213,7 @@ def verify(study, options) -> int:
     store = Store(options["results_dir"], study.name)
     got = store.inspect()
     status, problems = got.status, got.problems
-    n = len(store.trial_files())
+    n = got.n_files
     for p in problems:
         print(p)
     for line in schema_versions(got.versions, got.curve_versions):

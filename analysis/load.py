@@ -108,11 +108,6 @@ def find_studies(results_dir: str | Path) -> dict[str, Path]:
     return found
 
 
-def _files(folder: Path) -> list[Path]:
-    # the runner writes temp names and renames; hidden or temporary files are not results
-    return reader.result_files(folder)
-
-
 def _scan(files: list[Path], required: tuple[str, ...], wanted, what: str) -> pa.Table:
     """Projected rows of `files`, with the source file in a `_file` column."""
     part = "curves" if what == "curves" else "trials"
@@ -255,7 +250,7 @@ def load_study(name: str, path: str | Path, cache_dir: str | Path | None = None)
     """Read one study folder (trials/ and, when present, curves/); see `_read` for the cache."""
     cache = Path(cache_dir) if cache_dir is not None else None
     path = Path(path)
-    files = _files(path / "trials")
+    files = reader.result_files(path / "trials")
     if not files:
         raise StoreError(f"{path / 'trials'}: no result files (*.parquet)")
     notes: list[str] = []
@@ -266,7 +261,7 @@ def load_study(name: str, path: str | Path, cache_dir: str | Path | None = None)
     except BadFiles as e:
         problems += e.problems
         raw = None
-    curve_files = _files(path / "curves") if (path / "curves").is_dir() else []
+    curve_files = reader.result_files(path / "curves")  # [] without the folder
     try:
         curves = _read(path / "curves", curve_files, CURVE_REQUIRED, set(CURVE_COLUMNS),
                        "curves", cache) if curve_files else pd.DataFrame()

@@ -15,6 +15,7 @@ written before the schema (version 0, `result_store.legacy`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,9 +64,7 @@ def _c(name: str, type_: pa.DataType, meaning: str, kinds: tuple[str, ...] = KIN
     return Column(name, type_, meaning, kinds, part, nullable)
 
 
-def _curve(name: str, type_: pa.DataType, meaning: str, kinds: tuple[str, ...] = KINDS,
-           nullable: bool = True) -> Column:
-    return Column(name, type_, meaning, kinds, "curves", nullable)
+_curve = functools.partial(_c, part="curves")
 
 
 COLUMNS: tuple[Column, ...] = (

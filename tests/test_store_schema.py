@@ -97,7 +97,8 @@ def test_a_row_that_does_not_fit_fails_naming_the_column_and_writes_nothing(tmp_
 
 
 def test_the_old_encodings_are_taken_at_write_time():
-    """Code that still gives JSON text (the packed evaluation) writes the nested types."""
+    """Rows in the version-0 encodings (JSON text, as code written before the schema gave)
+    are written as the nested types."""
     t = schema.table([_full(acc_by_size="[[1, 25, 0.5, 40]]", gt_mass_curve='{"0.1": 0.9}'),
                       _full(gt_mass_curve="{}")], "graph")
     assert t["acc_by_size"].to_pylist()[0] == [{"lo": 1, "hi": 25, "accuracy": 0.5,

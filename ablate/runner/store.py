@@ -71,7 +71,8 @@ class Store:
         Every trial and curves file is read whole; if any is foreign, unreadable or damaged
         a `StoreError` names them all (`verify` lists them one per line). Nothing is modified.
         """
-        out, problems = self.check()
+        got = self.inspect()
+        out, problems = got.status, got.problems
         if problems:
             first = "; ".join(problems[:3])
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -81,12 +82,7 @@ class Store:
 
     def verify(self) -> list[str]:
         """One line per problem file of the study (trials and curves); empty when all is well."""
-        return self.check()[1]
-
-    def check(self) -> tuple[dict[str, str], list[str]]:
-        """`scan`'s statuses of the readable trial files and `verify`'s problem lines, at once."""
-        got = self.inspect()
-        return got.status, got.problems
+        return self.inspect().problems
 
     def inspect(self) -> StoreCheck:
         """Every trial and curves file of the study read whole (`result_store.reader`): the
@@ -126,7 +122,7 @@ class Store:
             failed = [x for x in statuses if x != "ok"]
             out[path.stem] = failed[0] if failed else ("ok" if statuses else "error")
         versions = {p: v for p, v in trials.versions.items() if p.stem in out}
-        return StoreCheck(out, problems + curves.problems, versions, curves.versions)
+        return StoreCheck(out, problems + curves.problems, versions, curves.versions, len(files))
 
     def completed(self) -> set[str]:
         """Ids of trials whose every row has status ok."""
@@ -322,3 +318,4 @@ class StoreCheck:
     problems: list[str]  # one line per foreign or damaged file (trials and curves)
     versions: dict[Path, int]  # trial file -> schema version (0: before the declared schema)
     curve_versions: dict[Path, int]
+    n_files: int  # trial files read
