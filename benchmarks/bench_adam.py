@@ -26,7 +26,8 @@ import time
 import torch
 
 
-def _params(S: int, device: torch.device) -> list[torch.Tensor]:
+def _params(S: int, device: torch.device) -> tuple[list[torch.Tensor], dict]:
+    """The pack's trainable parameters and its optimiser's betas and weight decay."""
     from ablate.config import TrialConfig, resolve
     from ablate.data import load_graphsets
     from ablate.trial import packed
@@ -39,7 +40,9 @@ def _params(S: int, device: torch.device) -> list[torch.Tensor]:
     train = TrainBatches(splits["train"], device)
     stack = packed.MemberStack([packed.Member(cfg, s) for s in cfg.seeds],
                                splits["train"].num_features, 1, device)
-    return list(PackStep(stack, train, cfg, device, replay=True).train_p.values())
+    ps = PackStep(stack, train, cfg, device, replay=True)
+    d = ps.opt.defaults
+    return list(ps.train_p.values()), {"betas": d["betas"], "weight_decay": d["weight_decay"]}
 
 
 def _top_ops(prof) -> int:
@@ -59,7 +62,7 @@ def _top_ops(prof) -> int:
     return sum(1 for e in evs if top(e))
 
 
-def measure(kind: str, params: list[torch.Tensor], device: torch.device,
+def measure(kind: str, params: list[torch.Tensor], hyper: dict, device: torch.device,
             repeats: int) -> tuple[float, float, float]:
     """(ops, kernels, ms) per `optimizer.step()` of Adam `kind` ("foreach" or "fused")."""
     from torch.profiler import ProfilerActivity, profile
@@ -71,8 +74,7 @@ def measure(kind: str, params: list[torch.Tensor], device: torch.device,
     # step (the capturable one adds a few step-count ops on top)
     cap = kind == "fused" or device.type == "cuda"
     lr = torch.tensor(1e-3, device=device) if cap else 1e-3
-    opt = torch.optim.Adam(ps, lr=lr, betas=(0.5, 0.999), weight_decay=1e-4, capturable=cap,
-                           **{kind: True})
+    opt = torch.optim.Adam(ps, lr=lr, capturable=cap, **hyper, **{kind: True})
     opt.step()  # state created
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     ops, kernels, ms = [], [], []
@@ -107,9 +109,8 @@ def main() -> None:
     print(f"{'S':>4} {'tensors':>8} | {'foreach ops':>11} {'kernels':>8} {'ms':>7} | "
           f"{'fused ops':>9} {'kernels':>8} {'ms':>7}")
     for S in (int(s) for s in a.seeds.split(",")):
-        params = _params(S, device)
-        f, u = measure("foreach", params, device, a.repeats), measure("fused", params, device,
-                                                                       a.repeats)
+        params, hyper = _params(S, device)
+        f, u = (measure(kind, params, hyper, device, a.repeats) for kind in ("foreach", "fused"))
         print(f"{S:>4} {len(params):>8} | {f[0]:>11.0f} {f[1]:>8.0f} {f[2]:>7.2f} | "
               f"{u[0]:>9.0f} {u[1]:>8.0f} {u[2]:>7.2f}")
 
