@@ -70,13 +70,14 @@ def _kernels(run, k: int, device: torch.device) -> tuple[float, float]:
 
 
 def measure(dataset: str, S: int, step: str, device: torch.device, steps: int,
-            repeats: int, validate: bool) -> dict:
+            repeats: int, validate: bool, data_params: tuple = ()) -> dict:
     """One (dataset, pack size, step) row: seconds per step (`repeats` timings of `steps`
     steps), kernels per step, peak GPU memory and, with `validate`, one validation of
-    every member (`evaluate_members` on the val split, as the curves run it)."""
+    every member (`evaluate_members` on the val split, as the curves run it).
+    `data_params`: a smaller dataset recipe (tests)."""
     cfg = resolve(TrialConfig(dataset=dataset, backbone="chebygin_ref", supervision="sup",
-                              step=step, device=device.type))
-    splits = load_graphsets(dataset)
+                              step=step, device=device.type, data_params=data_params))
+    splits = load_graphsets(dataset, **cfg.data_kwargs)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -123,8 +124,8 @@ def measure(dataset: str, S: int, step: str, device: torch.device, steps: int,
     return out
 
 
-def _steps_per_epoch(dataset: str) -> int:
-    n = len(load_graphsets(dataset)["train"])
+def steps_per_epoch(dataset: str, data_params: tuple = ()) -> int:
+    n = len(load_graphsets(dataset, **dict(data_params))["train"])
     return -(-n // 32)
 
 
@@ -160,7 +161,7 @@ def main() -> None:
           f"{'speed-up':>9s} {'kernels/step e|r':>17s} {'launches/step e|r':>18s} "
           f"{'s/seed-epoch':>13s} {'+val':>8s} {'val share':>9s} {'peak MB':>8s}")
     for ds in [] if args.no_steps else args.datasets.split(","):
-        per_epoch = _steps_per_epoch(ds)
+        per_epoch = steps_per_epoch(ds)
         for S in sizes:
             e = measure(ds, S, "eager", device, steps, args.repeats, validate=False)
             r = measure(ds, S, "replay", device, steps, args.repeats, validate=True)

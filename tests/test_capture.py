@@ -172,32 +172,79 @@ def test_a_failed_capture_runs_that_shape_uncaptured():
         torch.testing.assert_close(fallback[k], eager[k])
 
 
-class _FakeGraphCtx:
-    """torch.cuda.graph as it behaves when the captured region raises: ending the aborted
-    capture raises its own error on exit, which would replace the real one."""
+class _FakeStream:
+    def __init__(self, name):
+        self.name, self.device = name, torch.device("cuda", 0)
 
-    def __init__(self, g):
-        pass
+
+class _FakeCuda:
+    """The process-wide CUDA state a capture touches: the current stream and the allocator's
+    pools still being recorded to or held."""
+
+    def __init__(self):
+        self.default, self.side = _FakeStream("default"), _FakeStream("side")
+        self.current = self.default
+        self.recording: set = set()
+        self.held: set = set()
+
+
+class _FakeGraph:
+    def __init__(self, state):
+        self.state = state
+
+    def pool(self):  # as torch: no pool id without a successful capture
+        raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
+
+
+class _FakeGraphCtx:
+    """torch.cuda.graph as it behaves when the captured region raises: `__enter__` moves to a
+    side stream and starts recording allocations to the graph's pool; on `__exit__`,
+    `capture_end` fails (an aborted capture), raising its own error, which would replace the
+    real one, before it ends the recording or restores the stream."""
+
+    def __init__(self, g, pool):
+        self.g, self.pool = g, pool
 
     def __enter__(self):
+        st = self.g.state
+        st.current = st.side
+        st.recording.add(self.pool)
+        st.held.add(self.pool)
         return self
 
     def __exit__(self, *exc):
         if exc[0] is not None:
             raise RuntimeError("CUDA error: operation failed due to a previous error during "
                                "capture")
+        self.g.state.current = self.g.state.default
+        self.g.state.recording.discard(self.pool)
         return False
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    st = _FakeCuda()
+    monkeypatch.setattr(torch.cuda, "graph", _FakeGraphCtx)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: _FakeGraph(st))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 7))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: st.current)
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: setattr(st, "current", s))
+    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool",
+                        lambda dev, pool: st.recording.remove(pool), raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_releasePool",
+                        lambda dev, pool: st.held.remove(pool), raising=False)
+    return st
 
 
 @pytest.mark.parametrize("raised, expected", [
     (torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)"), torch.cuda.OutOfMemoryError),
     (ValueError("not capturable"), pack_step.CaptureError),
 ])
-def test_capture_reports_the_error_inside_not_the_one_on_exit(monkeypatch, raised, expected):
+def test_capture_reports_the_error_inside_not_the_one_on_exit(fake_cuda, raised, expected):
     """An out-of-memory error inside the capture reaches `run_members` as itself (so the pack is
-    split); any other becomes `CaptureError` carrying the real cause."""
-    monkeypatch.setattr(torch.cuda, "graph", _FakeGraphCtx)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    split); any other becomes `CaptureError` carrying the real cause. Either way the process is
+    left as the capture found it: its stream current again, the allocator no longer recording
+    to the graph's pool, and the pool released (each exactly once)."""
 
     def step():
         raise raised
@@ -206,6 +253,8 @@ def test_capture_reports_the_error_inside_not_the_one_on_exit(monkeypatch, raise
         pack_step.PackStep._capture(None, step)
     if expected is pack_step.CaptureError:
         assert info.value.cause is raised
+    assert fake_cuda.current is fake_cuda.default
+    assert not fake_cuda.recording and not fake_cuda.held
 
 
 def test_replay_with_gao_is_refused_in_one_line():

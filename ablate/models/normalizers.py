@@ -29,12 +29,24 @@ def sparsemax(z: Tensor, mask: Tensor) -> Tensor:
     k = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)  # (N,)
     in_range = k <= n_valid  # (B, N)
     zs = torch.where(in_range, zs, torch.zeros_like(zs))
-    cumsum = zs.cumsum(-1)
+    cumsum = _running_sum(zs)
     support = (1 + k * zs > cumsum) & in_range  # (B, N)
     k_z = support.sum(-1, keepdim=True).clamp(min=1)  # (B, 1) support size
     tau = (cumsum.gather(-1, k_z - 1) - 1) / k_z.to(z.dtype)  # (B, 1) threshold
     alpha = torch.clamp(z - tau, min=0)
     return alpha * mask.to(z.dtype)
+
+
+def _running_sum(zs: Tensor) -> Tensor:
+    """`zs.cumsum(-1)`; on CUDA as a product with an upper-triangular matrix of ones, since
+    CUDA's floating-point cumsum has no deterministic variant (deterministic algorithms,
+    `ablate.trial.setup.deterministic_cuda`, refuse it) and cuBLAS products are deterministic
+    with its fixed workspace. N <= a few thousand nodes: the N x N matrix is small."""
+    if not zs.is_cuda:
+        return zs.cumsum(-1)
+    N = zs.shape[-1]
+    upper = torch.ones(N, N, dtype=zs.dtype, device=zs.device).triu_()
+    return zs @ upper
 
 
 def spherical_softmax(z: Tensor, mask: Tensor, eps: float = 1e-12) -> Tensor:

@@ -201,14 +201,17 @@ class PackStep:
         """
         g = torch.cuda.CUDAGraph()
         inner: BaseException | None = None
+        stream = torch.cuda.current_stream()
+        pool = torch.cuda.graph_pool_handle()  # named here: a failed capture has no g.pool()
         try:
-            with torch.cuda.graph(g):
+            with torch.cuda.graph(g, pool=pool):
                 try:
                     step()
                 except BaseException as e:  # noqa: BLE001 - kept, re-raised below
                     inner = e
                     raise
         except BaseException as outer:  # noqa: BLE001
+            abandon_capture(stream, pool)
             err = inner if inner is not None else outer
             if isinstance(err, torch.cuda.OutOfMemoryError | KeyboardInterrupt):
                 raise err from None
@@ -220,6 +223,32 @@ class PackStep:
         for p in self.train_p.values():
             p.grad = None
             p.requires_grad_(False)
+
+
+def abandon_capture(stream: torch.cuda.Stream, pool: tuple[int, int]) -> None:
+    """Leave the process as it was before a capture that failed.
+
+    When `cudaStreamEndCapture` fails, `torch.cuda.graph.__exit__` raises before it restores
+    the current stream, and `capture_end` raises before it tells the caching allocator the
+    capture is over: the process would stay on the graph's side stream, the allocator would
+    keep routing that stream's allocations to the graph's private pool and, believing a
+    capture still runs, would no longer free its cache and retry before an out-of-memory
+    error. Here: the current stream is restored, the allocator leaves the pool, and the pool
+    is released (its memory returns once the graph's tensors are gone). A capture that ended
+    (the error came from inside the step, `capture_end` succeeded and restored the stream) is
+    left to torch: the graph releases its own pool when it is freed."""
+    if torch.cuda.current_stream() == stream:
+        return
+    torch.cuda.set_stream(stream)
+    dev = stream.device.index
+    for name in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+        fn = getattr(torch._C, name, None)
+        if fn is None:
+            continue
+        try:
+            fn(dev, pool)
+        except RuntimeError:  # already ended / released by torch itself
+            pass
 
 
 class CaptureError(RuntimeError):

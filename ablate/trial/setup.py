@@ -8,6 +8,7 @@ search all use it): `seeded_model` draws a seed's initial weights after
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -24,8 +25,28 @@ def pick_device(name: str = "auto") -> torch.device:
         raise DeviceError("device=cuda but this process sees no CUDA device (no GPU, a CPU "
                           "build of torch, or a Ray trial given no GPU: set gpus_per_trial)")
     if name in ("cuda", "auto") and torch.cuda.is_available():
+        deterministic_cuda()
         return torch.device("cuda")
     return torch.device("cpu")
+
+
+CUBLAS_WORKSPACE = ":4096:8"  # the cuBLAS setting deterministic GEMMs need (CUDA >= 10.2)
+
+
+def deterministic_cuda() -> None:
+    """Same config + seed, same numbers on every run of one GPU (idempotent).
+
+    Deterministic algorithms on: CUDA's atomic-add ops (the leave-one-out `index_add_`, the
+    backward of gathers) take their sorted, deterministic variants, and an op that has none
+    raises instead of drifting silently. cuBLAS needs a fixed workspace for deterministic
+    GEMMs; the variable is read when the process first uses cuBLAS, so it is set here, before
+    any model reaches the device (an earlier value set by the user is kept). Uninitialised
+    memory is not filled: every buffer of ours is written before it is read, and the fill
+    would add a kernel to every allocation of a replayed step."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.backends.cudnn.benchmark = False
 
 
 def prepare_process() -> None:
