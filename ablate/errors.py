@@ -17,3 +17,9 @@ class NaNLoss(RuntimeError):
 
 class DeviceError(RuntimeError):
     """The config asks for a device this process cannot use."""
+
+
+class DeviceMemoryExhausted(RuntimeError):
+    """Device memory ran out for the smallest piece of work (one member's training, the
+    smallest evaluation chunk): the same trial on the same device would fail the same way,
+    so the worker does not retry it. The message names the remedy."""

@@ -120,12 +120,36 @@ def overview(study: Study) -> Overview:
             spent = (f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"
                      if total >= 60 else f"{total:.0f} s")
             prov.append(f"training time: {spent} in total, median {np.median(t):.1f} s per run")
+    prov += _devices(df)
     if "git_sha" in df.columns:
         shas = [x for x in df["git_sha"].dropna().unique().tolist() if x]
         if shas:
             prov.append("code version(s): " + ", ".join(sorted(map(str, shas))[:5])
                         + (" …" if len(shas) > 5 else ""))
     return Overview(varied, counts, missing, errors, prov)
+
+
+def _devices(df: pd.DataFrame) -> list[str]:
+    """One line: the runs per device (GPU name, CUDA and driver versions) and the largest
+    peak GPU memory of each GPU's trials."""
+    if "gpu_name" not in df.columns:
+        return []
+    runs = df.drop_duplicates(["trial_id", "seed"])
+    name = runs["gpu_name"].fillna("").astype(str)
+    cuda = runs.get("cuda_version", pd.Series("", index=runs.index)).fillna("").astype(str)
+    driver = runs.get("gpu_driver", pd.Series("", index=runs.index)).fillna("").astype(str)
+    peak = pd.to_numeric(runs.get("peak_gpu_mb", pd.Series(np.nan, index=runs.index)),
+                         errors="coerce")
+    label = pd.Series([
+        "CPU (or not recorded)" if not n else
+        f"{n} (CUDA {c or '?'}, driver {d or '?'})" for n, c, d in zip(name, cuda, driver)],
+        index=runs.index)
+    parts = []
+    for lab, idx in label.groupby(label).groups.items():
+        top = peak.loc[idx].max()
+        mem = f", peak GPU memory up to {top:.0f} MB" if np.isfinite(top) else ""
+        parts.append(f"{lab}: {len(idx)} run(s){mem}")
+    return ["devices: " + "; ".join(sorted(parts))] if parts else []
 
 
 def rows_missing_seeds(ok: pd.DataFrame) -> list[str]:

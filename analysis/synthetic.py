@@ -47,6 +47,7 @@ def trial_record(**overrides: object) -> dict:
         "train_s": 1.0, "eval_s": 0.1, "peak_rss_mb": 500.0,
         "dataset_hash": "0" * 16, "torch_version": "2.13.0", "pyg_version": "2.8.1",
         "host": "synthetic", "git_sha": "0000000", "ray_version": "2.60.0",
+        "gpu_name": "", "cuda_version": "", "gpu_driver": "", "peak_gpu_mb": None,
     }
     row.update(overrides)
     return row

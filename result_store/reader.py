@@ -145,7 +145,7 @@ def _classify(phys: pa.Schema, part: str, required: Collection[str]) -> tuple[in
         return version, f"schema v{version} of kind/part {declared}, not a {part} file"
     names = set(phys.names)
     missing = [c.name for c in schema.columns(declared[0], part)
-               if not c.per_layer and c.name not in names]
+               if not c.per_layer and c.since <= version and c.name not in names]
     bad = schema.mismatches(phys, part)
     if missing or bad:
         return version, (f"declares schema v{version} but its columns differ "

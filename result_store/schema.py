@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-VERSION = 1  # the schema version this code writes and reads (and every version below it)
+# The schema version this code writes and reads (and every version below it). v2 added the
+# GPU provenance columns (`since=2`); a v1 file lacks them and reads with them null.
+VERSION = 2
 META_VERSION, META_KIND, META_PART = b"ablate.schema_version", b"ablate.kind", b"ablate.part"
 KINDS = ("graph", "sdc")
 PARTS = ("trials", "curves")
@@ -50,6 +52,7 @@ class Column:
     kinds: tuple[str, ...] = KINDS
     part: str = "trials"
     nullable: bool = True
+    since: int = 1  # the schema version that added the column (older files lack it)
 
     @property
     def per_layer(self) -> bool:
@@ -60,8 +63,8 @@ _G, _D = ("graph",), ("sdc",)
 
 
 def _c(name: str, type_: pa.DataType, meaning: str, kinds: tuple[str, ...] = KINDS,
-       nullable: bool = True, part: str = "trials") -> Column:
-    return Column(name, type_, meaning, kinds, part, nullable)
+       nullable: bool = True, part: str = "trials", since: int = 1) -> Column:
+    return Column(name, type_, meaning, kinds, part, nullable, since)
 
 
 _curve = functools.partial(_c, part="curves")
@@ -176,6 +179,12 @@ COLUMNS: tuple[Column, ...] = (
     _c("torch_version", _S, "torch version of the trainer"),
     _c("pyg_version", _S, "torch_geometric version of the trainer"),
     _c("host", _S, "the trainer's host name"),
+    _c("gpu_name", _S, "the GPU the trial trained on (\"\" = a CPU)", since=2),
+    _c("cuda_version", _S, "CUDA version of the trainer's torch build (\"\" = a CPU)", since=2),
+    _c("gpu_driver", _S, "NVIDIA driver version (\"\" = a CPU, or nvidia-smi absent)",
+       since=2),
+    _c("peak_gpu_mb", _F, "peak GPU memory allocated by the trial's tensors, whole pack (MB; "
+       "null on a CPU)", since=2),
     _c("created_at", _S, "when the driver wrote the file (UTC ISO)"),
     _c("ray_version", _S, "Ray version of the driver"),
     # curves

@@ -65,7 +65,8 @@ def test_a_written_file_has_every_column_of_its_kind_typed_and_versioned(tmp_pat
                        curves=[{"seed": 0, "epoch": 1, "train_loss": 1.0}])
     got = pq.read_schema(path)
     assert got == schema.schema("graph", "trials", layers=2)  # types, nullability, order
-    assert got.metadata[schema.META_VERSION] == b"1" and got.metadata[schema.META_KIND] == b"graph"
+    assert got.metadata[schema.META_VERSION] == str(schema.VERSION).encode()
+    assert got.metadata[schema.META_KIND] == b"graph"
     assert not {"task", "nnz"} & set(got.names)  # SDC-only columns are not graph columns
     t = pq.read_table(path)
     assert t["acc_by_size"].to_pylist() == [bins, None]
@@ -237,7 +238,7 @@ def test_verify_reports_schema_versions_and_flags_foreign_files(v0, capsys):
     Store(v0, "smoke").write("bd81a67a4d29", [_row()])  # a new file beside the old ones
     assert run_main(args) == 4
     out = capsys.readouterr().out
-    assert "schema v1 (current): 1 trial file(s), 0 curves file(s)\n" in out
+    assert f"schema v{schema.VERSION} (current): 1 trial file(s), 0 curves file(s)\n" in out
     assert "schema v0 (before the declared schema" in out
     trials = v0 / "smoke" / "trials"
     pq.write_table(pa.table({"a": [1]}), trials / "stray.parquet")  # no version, no identity
@@ -246,18 +247,19 @@ def test_verify_reports_schema_versions_and_flags_foreign_files(v0, capsys):
     pq.write_table(good.replace_schema_metadata(meta), trials / "ffffffffffff.parquet")
     assert run_main(args) == 2
     out = capsys.readouterr().out
-    assert "stray.parquet: not an ablate trial file: neither schema v1" in out
+    assert f"stray.parquet: not an ablate trial file: neither schema v{schema.VERSION}" in out
     assert "ffffffffffff.parquet: not an ablate trial file" in out and "(corrupt)" in out
 
 
-def test_a_v1_file_whose_columns_differ_from_its_declaration_is_foreign(tmp_path):
+def test_a_versioned_file_whose_columns_differ_from_its_declaration_is_foreign(tmp_path):
     store = Store(tmp_path, "s")
     path = store.write("aaaaaaaaaaaa", [_row()])
     t = pq.read_table(path)
     bad = t.set_column(t.schema.get_field_index("seed"), "seed", t["seed"].cast(pa.string()))
     pq.write_table(bad.replace_schema_metadata(t.schema.metadata), path)
     (problem,) = store.verify()
-    assert "declares schema v1 but its columns differ (seed: string, declared int64)" in problem
+    assert (f"declares schema v{schema.VERSION} but its columns differ (seed: string, declared "
+            "int64)") in problem
 
 
 def test_a_file_of_a_newer_schema_is_one_line_and_exit_2(v0, capsys):

@@ -63,10 +63,11 @@ def _error_text(e: BaseException) -> str:
 
 
 def _retryable(e: BaseException) -> bool:
-    """Worker deaths, out-of-memory and other runtime faults may pass; config errors never."""
-    from ablate.errors import DeviceError
+    """Worker deaths, out-of-memory and other runtime faults may pass; config errors never,
+    nor device memory that ran out for the smallest piece of work (it would repeat)."""
+    from ablate.errors import DeviceError, DeviceMemoryExhausted
 
-    return not isinstance(e, _DETERMINISTIC + (DeviceError,))
+    return not isinstance(e, _DETERMINISTIC + (DeviceError, DeviceMemoryExhausted))
 
 
 def _member_outcome(trial_id: str, res) -> dict:

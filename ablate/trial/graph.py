@@ -23,7 +23,7 @@ from ablate.trial.batches import TrainBatches, eval_batches
 from ablate.trial.evaluate import evaluate, pool_test_auc
 from ablate.trial.fit import fit
 from ablate.trial.kind import TrialKind, TrialResult
-from ablate.trial.provenance import peak_rss_mb, provenance
+from ablate.trial.provenance import peak_gpu_mb, peak_rss_mb, provenance, start_gpu_peak
 from ablate.trial.setup import init_cosine, model_sizes, pick_device, prepare_process, seeded_model
 from ablate.trial.weak import weak_targets
 
@@ -88,6 +88,7 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
         raise ValueError("a pack holds trials of one dataset recipe only")
     splits = load_graphsets(first.dataset, **first.data_kwargs)
     device = pick_device(first.device)
+    start_gpu_peak(device)
     groups: dict[str, list[int]] = {}  # pack key -> config indices trained as one pack
     for i, c in enumerate(cfgs):
         key = packed.pack_key(c)
@@ -103,7 +104,7 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
         for (i, seed), got in zip(owners, packed.run_members(members, splits, device)):
             outcomes[(i, seed)] = got
             size[i] = len(members)
-    prov = provenance(data_hash)  # one dataset recipe and one process for the whole pack
+    prov = provenance(data_hash, device)  # one dataset recipe, process and device for the pack
     results = []
     for i, cfg in enumerate(cfgs):
         common = {**axes(cfg), **prov}
@@ -123,6 +124,10 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
                 out.records.append({**common, **r, "batched_seeds": size.get(i, 1)})
             out.curves.extend(res.curves)
         results.append(out)
+    peak = peak_gpu_mb(device)  # the whole pack's (one process, one device)
+    for out in results:
+        for r in out.records:
+            r["peak_gpu_mb"] = peak
     return results
 
 

@@ -145,17 +145,20 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tenso
 @torch.no_grad()
 def leave_one_out_attention_members(stack: MemberStack, alive: list[int], gs: GraphSet,
                                     device: torch.device, batch_size: int = 100,
-                                    target: str = "logit", floor: float = 0.0) -> np.ndarray:
+                                    target: str = "logit", floor: float = 0.0,
+                                    chunk_entries: int = CHUNK_ENTRIES,
+                                    member_entries: int | None = None) -> np.ndarray:
     """alpha_WS of every member in `alive` for every node of `gs`: (len(alive), total nodes).
 
     Row j equals `weak.leave_one_out_attention(stack.materialise(alive[j]), gs, device,
     batch_size, target, floor)` (flat GraphSet node order). Results gather on the device and
-    come to the host once.
+    come to the host once. `chunk_entries`, `member_entries`: as `leave_one_out_members`.
     """
     out = torch.zeros(len(alive), len(gs.x), dtype=torch.float32, device=device)
     num_nodes = np.diff(gs.node_ptr)
     for ids, batch in eval_batches(gs, batch_size, device):
-        diff = leave_one_out_members(stack, alive, batch, target)  # (S, B, N)
+        diff = leave_one_out_members(stack, alive, batch, target, chunk_entries,
+                                     member_entries)  # (S, B, N)
         alpha = weak_attention(diff, batch.mask, floor)
         n = num_nodes[ids]
         rows = np.repeat(np.arange(len(ids)), n)

@@ -21,6 +21,7 @@ from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, TrainBatches, collate
 from ablate.trial.fit import task_loss
 from ablate.trial.members import MemberStack
+from ablate.trial.memory import is_out_of_memory
 
 WARMUP_STEPS = 2  # eager steps of a batch shape (on a side stream) before its CUDA graph is captured
 
@@ -196,7 +197,8 @@ class PackStep:
         gradients, steps Adam, adds to `total`: the step, without Python or host syncs).
 
         An error inside the captured region is re-raised as itself when it is an
-        out-of-memory error (so `run_members` splits the pack), else as `CaptureError`;
+        out-of-memory error, torch's or a CUDA library's (so `run_members` splits the pack),
+        else as `CaptureError`;
         the error that ending an aborted capture raises on exit never hides it.
         """
         g = torch.cuda.CUDAGraph()
@@ -213,7 +215,7 @@ class PackStep:
         except BaseException as outer:  # noqa: BLE001
             abandon_capture(stream, pool)
             err = inner if inner is not None else outer
-            if isinstance(err, torch.cuda.OutOfMemoryError | KeyboardInterrupt):
+            if isinstance(err, KeyboardInterrupt) or is_out_of_memory(err):
                 raise err from None
             raise CaptureError(err) from err
         return g.replay

@@ -52,7 +52,6 @@ Gao & Ji selection (PyG TopKPooling has data-dependent shapes).
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections.abc import Iterator
@@ -63,12 +62,14 @@ from torch.func import functional_call, vmap
 
 from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, DeviceMemoryExhausted
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
 from ablate.trial.fit import lr_at
 from ablate.trial.kind import stable_hash
+from ablate.trial.local_loo import member_budget
 from ablate.trial.members import STACKED, Member, MemberStack
+from ablate.trial.memory import REMEDY, in_smaller_pieces, is_out_of_memory, release_cached
 from ablate.trial.pack_eval import (
     LooAlpha,
     PackPool,
@@ -77,7 +78,11 @@ from ablate.trial.pack_eval import (
     pooled_splits,
     summarize_pack,
 )
-from ablate.trial.pack_loo import leave_one_out_attention_members, leave_one_out_members
+from ablate.trial.pack_loo import (
+    CHUNK_ENTRIES,
+    leave_one_out_attention_members,
+    leave_one_out_members,
+)
 from ablate.trial.pack_step import PackStep
 from ablate.trial.provenance import peak_rss_mb
 from ablate.trial.setup import init_cosines, model_sizes, shuffler
@@ -128,15 +133,16 @@ def replays(cfg: TrialConfig, device: torch.device) -> bool:
     return cfg.step == "replay" or (cfg.step == "auto" and device.type == "cuda")
 
 
-def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfig
-                  ) -> Iterator[tuple[DenseBatch, torch.Tensor, list[PackPool]]]:
+def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfig,
+                  shrink: int = 1) -> Iterator[tuple[DenseBatch, torch.Tensor, list[PackPool]]]:
     """Per eval batch (batch, out (S, B, ...), pools): one vmapped forward of the members
     `alive` (in that order; in chunks of members bounded by `EVAL_ENTRIES`), on the device.
     `pools` holds per pooling layer (alpha, gt, mask_before, mask_after), each (S, B, N).
 
     On a CPU each batch runs in slices of graphs (`eval_graphs`), so that a forward's
     features stay in cache; every graph is computed alone, so the outputs are those of
-    the whole batch."""
+    the whole batch. `shrink` > 1 (a retry after running out of memory) divides the
+    member chunks' budget and the graphs per forward by it."""
     base = stack.base
 
     def fwd(p: dict, hyper: dict, x, A, mask, gt):
@@ -152,8 +158,8 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
     for _, b in batches:
         B, N = b.x.shape[0], b.x.shape[1]
         # members per forward from the whole batch (how members group changes rounding)
-        chunk = max(1, EVAL_ENTRIES // max(B * N * width * cfg.K, 1))
-        step = eval_graphs(N * width, B, b.x.device)
+        chunk = max(1, EVAL_ENTRIES // shrink // max(B * N * width * cfg.K, 1))
+        step = max(1, eval_graphs(N * width, B, b.x.device) // shrink)
         members = [({k: v[sel] for k, v in stack.params.items()},
                     {k: v[sel] for k, v in stack.hyper.items()})
                    for sel in (idx[s0:s0 + chunk] for s0 in range(0, len(alive), chunk))]
@@ -184,11 +190,16 @@ def _cat(parts: list, dim: int) -> tuple[torch.Tensor, list]:
     return out, pools
 
 
-def _loo_alpha(stack: MemberStack, alive: list[int], cfg: TrialConfig) -> LooAlpha:
+def _loo_alpha(stack: MemberStack, alive: list[int], cfg: TrialConfig, shrink: int = 1
+               ) -> LooAlpha:
     """Leave-one-out attention alpha_WS (S_alive, B, N) of the global-pool members `alive`, all
-    together (`ablate.trial.pack_loo`), as `evaluate(..., loo=True)` scores one model."""
+    together (`ablate.trial.pack_loo`), as `evaluate(..., loo=True)` scores one model; its
+    chunk budgets divided by `shrink` (a retry after running out of memory)."""
     target, floor = cfg.weak_target, weak_floor(cfg)
-    return lambda b: weak_attention(leave_one_out_members(stack, alive, b, target), b.mask, floor)
+    device = next(iter(stack.params.values())).device
+    chunks, members = CHUNK_ENTRIES // shrink, member_budget(device) // shrink
+    return lambda b: weak_attention(leave_one_out_members(stack, alive, b, target, chunks, members),
+                                    b.mask, floor)
 
 
 @torch.no_grad()
@@ -197,9 +208,15 @@ def evaluate_members(stack: MemberStack, alive: list[int], batches, cfg: TrialCo
     """`evaluate` of the members `alive` (indices into the stack) on `batches`, all at once on
     the device (`ablate.trial.pack_eval.summarize_pack`): host records in `alive` order, one
     transfer, and the device-side attention for `pool_test_auc_pack`. `loo`: leave-one-out
-    attention of global-pool models; fields="curve": only what a validation curve reads."""
-    return summarize_pack(_eval_forward(stack, alive, batches, cfg), len(cfg.pool_layers),
-                          stack.regression, _loo_alpha(stack, alive, cfg) if loo else None, fields)
+    attention of global-pool models; fields="curve": only what a validation curve reads.
+    Out of device memory, the evaluation is retried in smaller chunks (`in_smaller_pieces`);
+    the members' parameters are untouched, so nothing is retrained."""
+    def run(shrink: int) -> PackResult:
+        return summarize_pack(_eval_forward(stack, alive, batches, cfg, shrink),
+                              len(cfg.pool_layers), stack.regression,
+                              _loo_alpha(stack, alive, cfg, shrink) if loo else None, fields)
+
+    return in_smaller_pieces(run, "evaluation", next(iter(stack.params.values())).device)
 
 
 Outcome = tuple[list[dict], list[dict]] | str  # (records, curves) of a member, or its error
@@ -211,17 +228,21 @@ def run_members(members: list[Member], splits: dict[str, GraphSet],
 
     An outcome is (records, curves) as `run_seed` builds them (`train_s` is the pack's
     training wall time / S, validation curves included as in `fit`) or, for a member whose
-    training loss became non-finite, the error. On CUDA a pack that runs out of memory is
-    split in halves, each run in turn.
+    training loss became non-finite, the error. A pack whose training runs out of device
+    memory (evaluation and leave-one-out retry in smaller chunks themselves, and never reach
+    here as out-of-memory) is split in halves, each trained in turn; one member that does not
+    fit raises `DeviceMemoryExhausted`.
     """
     check_pack(list({id(m.cfg): m.cfg for m in members}.values()))
     try:
         return _run_members(members, splits, device)
-    except torch.cuda.OutOfMemoryError:
-        if len(members) == 1:
+    except Exception as e:  # noqa: BLE001 - only out-of-memory splits the pack
+        if not is_out_of_memory(e):
             raise
-    gc.collect()
-    torch.cuda.empty_cache()
+        if len(members) == 1:
+            raise DeviceMemoryExhausted(f"training one member ran out of device memory "
+                                        f"({type(e).__name__}): {REMEDY}") from e
+    release_cached(device)
     half = len(members) // 2
     return (run_members(members[:half], splits, device)
             + run_members(members[half:], splits, device))
@@ -282,9 +303,10 @@ def _weak_member_targets(members: list[Member], splits: dict[str, GraphSet],
     alive = [i for i in range(len(members)) if i not in failed]
     gt = np.zeros((len(members), len(splits["train"].x)), np.float32)  # failed rows: unused
     if alive:
-        gt[alive] = leave_one_out_attention_members(
+        gt[alive] = in_smaller_pieces(lambda shrink: leave_one_out_attention_members(
             stack, alive, splits["train"], device, cfg.test_batch_size, cfg.weak_target,
-            weak_floor(cfg))
+            weak_floor(cfg), CHUNK_ENTRIES // shrink, member_budget(device) // shrink),
+            "leave-one-out targets of weak supervision", device)
     train.set_member_gt(gt)
     return failed
 

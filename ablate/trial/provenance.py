@@ -1,4 +1,5 @@
-"""Where a result came from and what it cost: git commit, package versions, host, peak memory."""
+"""Where a result came from and what it cost: git commit, package versions, host, the GPU and
+its driver, peak host and GPU memory."""
 
 from __future__ import annotations
 
@@ -15,13 +16,52 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def provenance(data_hash: str) -> dict:
-    """The provenance columns of a trial's records."""
+def provenance(data_hash: str, device: torch.device | None = None) -> dict:
+    """The provenance columns of a trial's records (`device`: where it trained)."""
     from importlib.metadata import version
 
     return {"dataset_hash": data_hash, "torch_version": torch.__version__,
             "pyg_version": version("torch_geometric"), "host": os.uname().nodename,
-            "git_sha": git_sha()}
+            "git_sha": git_sha(), **device_provenance(device)}
+
+
+def device_provenance(device: torch.device | None) -> dict:
+    """gpu_name, cuda_version (of torch's build) and gpu_driver of the CUDA device a trial ran
+    on; empty strings on a CPU."""
+    if device is None or device.type != "cuda":
+        return {"gpu_name": "", "cuda_version": "", "gpu_driver": ""}
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return dict(_cuda_info(index))
+
+
+@functools.cache
+def _cuda_info(index: int) -> tuple:
+    return (("gpu_name", torch.cuda.get_device_name(index)),
+            ("cuda_version", torch.version.cuda or ""), ("gpu_driver", driver_version(index)))
+
+
+@functools.cache
+def driver_version(index: int = 0) -> str:
+    """The NVIDIA driver's version as nvidia-smi reports it ('' where it cannot be asked)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
+                              "-i", str(index)], capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else ""
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return ""
+
+
+def start_gpu_peak(device: torch.device) -> None:
+    """Start counting a trial's peak GPU memory (no-op on a CPU; no device sync)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gpu_mb(device: torch.device) -> float | None:
+    """Peak GPU memory allocated by tensors since `start_gpu_peak`, in MB (None on a CPU)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**20
 
 
 @functools.cache

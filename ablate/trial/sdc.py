@@ -30,7 +30,7 @@ from ablate.errors import NaNLoss
 from ablate.models.focus import FocusClassify
 from ablate.trial import metrics
 from ablate.trial.kind import TrialKind, TrialResult, stable_hash
-from ablate.trial.provenance import provenance
+from ablate.trial.provenance import peak_gpu_mb, provenance, start_gpu_peak
 from ablate.trial.sdc_config import SDCConfig, axes, data_hash, resolve
 from ablate.trial.setup import pick_device, prepare_process, shuffler
 
@@ -186,7 +186,8 @@ def run_sdc_trial_full(config: SDCConfig) -> TrialResult:
     prepare_process()  # flush denormals, keep freed tensors in the heap (as graph trials)
     data = load_data(cfg)
     device = pick_device(cfg.device)
-    common = {**axes(cfg), **provenance(data_hash(cfg))}
+    start_gpu_peak(device)
+    common = {**axes(cfg), **provenance(data_hash(cfg), device)}
     out = TrialResult()
     for seed in cfg.seeds:
         try:
@@ -196,6 +197,9 @@ def run_sdc_trial_full(config: SDCConfig) -> TrialResult:
                                for s in cfg.eval_splits], [])
         out.records.extend({**common, **r} for r in res.records)
         out.curves.extend(res.curves)
+    peak = peak_gpu_mb(device)
+    for r in out.records:
+        r["peak_gpu_mb"] = peak
     return out
 
 

@@ -1,0 +1,93 @@
+"""What ran where: GPU name, CUDA and driver versions and peak GPU memory in every trial's
+records, declared in the store's schema (files written before them still read), and shown by
+the report's status section."""
+
+import os
+import stat
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+from _packs import TINY, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
+
+from ablate.config import TrialConfig
+from ablate.trial import provenance
+from ablate.trial.graph import run_trial_full
+from analysis.overview import overview
+from analysis.synthetic import trial_record, write_trials
+from result_store import reader, schema, writer
+
+
+def test_a_cpu_trial_records_no_gpu():
+    res = run_trial_full(TrialConfig(dataset="colors", data_params=TINY, epochs=1, seeds=(0,),
+                                     device="cpu"))
+    for r in res.records:
+        assert (r["gpu_name"], r["cuda_version"], r["gpu_driver"]) == ("", "", "")
+        assert r["peak_gpu_mb"] is None
+
+
+def test_a_cuda_device_is_named_with_its_driver(monkeypatch, tmp_path):
+    """The GPU's name from torch, CUDA from torch's build, the driver from nvidia-smi (a stand-in
+    on PATH that answers as the real one does)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 580.159.04\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    provenance._cuda_info.cache_clear()
+    provenance.driver_version.cache_clear()
+    try:
+        got = provenance.device_provenance(torch.device("cuda", 0))
+    finally:
+        provenance._cuda_info.cache_clear()
+        provenance.driver_version.cache_clear()
+    assert got == {"gpu_name": "NVIDIA H100 80GB HBM3", "cuda_version": "13.0",
+                   "gpu_driver": "580.159.04"}
+
+
+def test_no_nvidia_smi_leaves_the_driver_blank(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    provenance.driver_version.cache_clear()
+    try:
+        assert provenance.driver_version(0) == ""
+    finally:
+        provenance.driver_version.cache_clear()
+
+
+def test_old_files_without_the_gpu_columns_still_read(tmp_path):
+    """Files written before the GPU columns (schema v1) read beside new ones (v2); their GPU
+    columns are null. A v2 file without them is foreign."""
+    folder = tmp_path / "s" / "trials"
+    gpu = ["gpu_name", "cuda_version", "gpu_driver", "peak_gpu_mb"]
+    old = schema.table([{**trial_record(trial_id="old"), "study": "s"}], "graph")
+    old = old.drop_columns(gpu)  # the file as the code before these columns wrote it: v1
+    old = old.replace_schema_metadata({**old.schema.metadata, schema.META_VERSION: b"1"})
+    folder.mkdir(parents=True)
+    writer.write(old, folder / "old.parquet")
+    assert not set(gpu) & set(pq.read_schema(folder / "old.parquet").names)
+    write_trials(tmp_path, "s", [trial_record(trial_id="new", gpu_name="NVIDIA H100 80GB HBM3",
+                                              cuda_version="13.0", gpu_driver="580.159.04",
+                                              peak_gpu_mb=2779.1, device="cuda")])
+    df = reader.read(reader.result_files(folder)).table.to_pandas().set_index("trial_id")
+    assert df.loc["new", "gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert df.loc["new", "peak_gpu_mb"] == pytest.approx(2779.1)
+    assert pd.isna(df.loc["old", "gpu_name"]) and pd.isna(df.loc["old", "peak_gpu_mb"])
+    lying = old.replace_schema_metadata({**old.schema.metadata, schema.META_VERSION: b"2"})
+    writer.write(lying, folder / "lying.parquet")
+    scan = reader.read(reader.result_files(folder))
+    assert [p.name for p in scan.bad] == ["lying.parquet"]
+    assert "declares schema v2 but its columns differ (no gpu_name" in scan.problems[0]
+
+
+def test_the_report_status_names_the_devices(tmp_path):
+    from analysis.load import load_study
+
+    write_trials(tmp_path, "s", [trial_record(
+        trial_id="t1", seed=s, gpu_name="NVIDIA H100 80GB HBM3", cuda_version="13.0",
+        gpu_driver="580.159.04", peak_gpu_mb=1500.0 + s, device="cuda") for s in (0, 1)])
+    write_trials(tmp_path, "s", [trial_record(trial_id="t2", seed=2)])
+    lines = overview(load_study("s", tmp_path / "s")).provenance
+    assert ("devices: CPU (or not recorded): 1 run(s); NVIDIA H100 80GB HBM3 (CUDA 13.0, driver "
+            "580.159.04): 2 run(s), peak GPU memory up to 1501 MB") in lines
