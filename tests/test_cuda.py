@@ -189,7 +189,8 @@ def test_cuda_failed_capture_leaves_the_process_clean(monkeypatch):
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
     assert not torch.cuda.is_current_stream_capturing()
     torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # the out-of-memory path still answers
+        torch.empty(1 << 42, device="cuda")  # 16 TiB
     big = torch.empty(1 << 28, device="cuda")  # 1 GiB: the allocator still allocates
     del big
     torch.cuda.empty_cache()
@@ -204,3 +205,39 @@ def test_cuda_failed_capture_leaves_the_process_clean(monkeypatch):
     again = run_trial_full(cfg.replace(step="replay"))
     assert graphs and all(not ps._uncaptured for ps in graphs)
     _agree(again, failed)
+
+
+@needs_cuda
+def test_cuda_real_out_of_memory_in_evaluation_is_retried_without_retraining(monkeypatch):
+    """A real out-of-memory error in evaluation (a 16 TiB request at the first attempt) is
+    retried in smaller chunks; training runs once and the records are those of a run that
+    never ran out."""
+    from ablate.trial import packed
+
+    cfg = tiny(supervision="sup", epochs=2)
+    ref = run_trial_full(cfg)
+    forward, fits, fit = packed._eval_forward, [], packed.fit_members
+
+    def greedy(stack, alive, batches, cfg, shrink=1):
+        if shrink == 1:
+            torch.empty(1 << 42, device="cuda")
+        return forward(stack, alive, batches, cfg, shrink)
+
+    def counted(*a, **kw):
+        fits.append(1)
+        return fit(*a, **kw)
+
+    monkeypatch.setattr(packed, "_eval_forward", greedy)
+    monkeypatch.setattr(packed, "fit_members", counted)
+    got = run_trial_full(cfg)
+    assert len(fits) == 1
+    _agree(got, ref, graphs=0)
+
+
+@needs_cuda
+def test_cuda_records_name_the_gpu_and_its_peak_memory():
+    recs = run_trial_full(tiny(supervision="sup", epochs=1)).records
+    for r in recs:
+        assert r["gpu_name"] == torch.cuda.get_device_name()
+        assert r["cuda_version"] == torch.version.cuda and r["gpu_driver"]
+        assert 0 < r["peak_gpu_mb"] < torch.cuda.get_device_properties(0).total_memory / 2**20
