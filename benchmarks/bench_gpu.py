@@ -153,6 +153,10 @@ def main() -> None:
     tune_allocator()
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
+    if cuda:  # as every trial on CUDA runs
+        from ablate.trial.setup import deterministic_cuda
+
+        deterministic_cuda()
     sizes = [int(s) for s in (args.seeds or ("1,8,32,64,128" if cuda else "1,8")).split(",")]
     steps = args.steps or (50 if cuda else 10)
     name = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} thread(s)"
