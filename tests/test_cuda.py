@@ -35,7 +35,7 @@ def tiny(**kw) -> TrialConfig:
 def _bytes(res) -> str:
     """Records (timing and host columns dropped) and curves as exact text: NaN, lists and
     every float digit included."""
-    recs = [{k: v for k, v in r.items() if k not in TIMING} for r in res.records]
+    recs = [{k: v for k, v in r.items() if k not in TIMING | {"peak_gpu_mb"}} for r in res.records]
     key = lambda r: (r["seed"], r.get("split", ""), r.get("epoch", 0))  # noqa: E731
     return json.dumps([sorted(recs, key=key), sorted(res.curves, key=key)], sort_keys=True,
                       default=str)
