@@ -31,13 +31,20 @@ import dataclasses  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ablate.errors import ConfigError  # noqa: E402
-from ablate.runner.compose import RUN_KEYS, STUDY_KEYS, list_studies, load_spec  # noqa: E402
+from ablate.runner.compose import (  # noqa: E402
+    RUN_KEYS,
+    STUDIES_DIR,
+    STUDY_KEYS,
+    list_studies,
+    load_spec,
+    study_files,
+)
 from ablate.runner.kinds import NOT_AXES, trial_kind  # noqa: E402
 from ablate.runner.signals import raise_on_sigterm, signal_name  # noqa: E402
 from ablate.runner.study import build_study  # noqa: E402
 from ablate.runner.trial_table import fixed_axes, trial_table  # noqa: E402
 
-USAGE = "usage: python -m ablate.run study=NAME [key=value ...] [--help]"
+USAGE = "usage: python -m ablate.run study=NAME|PATH [key=value ...] [--help]"
 
 
 def _choices() -> dict[str, tuple]:
@@ -75,9 +82,14 @@ def help_text(study: str | None = None) -> str:
     """The --help page: usage, studies, runner keys, axes with valid values, data keys."""
     from ablate.data import DATASETS, resolve_params
 
-    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "", "studies:"]
-    for name, desc in list_studies().items():
-        lines.append(f"  {name:<12} {desc}")
+    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "",
+             "studies (study=NAME looks in $ABLATE_STUDIES, then the built-in studies; "
+             "study=PATH runs any .yaml file):"]
+    descriptions = list_studies()
+    for name, paths in study_files().items():
+        where = "built-in" if paths[0].parent == STUDIES_DIR else str(paths[0].parent)
+        twice = f"; also in {paths[1].parent} (ambiguous)" if len(paths) > 1 else ""
+        lines.append(f"  {name:<12} {descriptions[name]}  [{where}{twice}]")
     lines += ["", "runner keys:"]
     for k, (d, h) in RUN_KEYS.items():
         lines.append(f"  {k + '=':<18} {h} (default {d})")
@@ -114,7 +126,8 @@ def _study_name(argv: list[str]) -> str:
     names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
     if not names or not names[-1]:
         valid = ", ".join(list_studies())
-        raise ConfigError(f"no study given: pass study=NAME; valid choices: {valid}")
+        raise ConfigError(f"no study given: pass study=NAME or study=PATH.yaml; valid names: "
+                          f"{valid}")
     return names[-1]
 
 
@@ -185,6 +198,7 @@ def _main(argv: list[str]) -> int:
                       "can only re-check it")
             return 0
 
+        _keep_study_file(study, options["results_dir"])
         summary = run_study(study, options["results_dir"], force=options["force"],
                             ray_address=options["ray_address"], progress=options["progress"])
     except ConfigError as e:
@@ -197,6 +211,18 @@ def _main(argv: list[str]) -> int:
     for line in summary.failure_lines():
         print(line, file=sys.stderr)
     return summary.exit_code
+
+
+def _keep_study_file(study, results_dir: str) -> None:
+    """The study file as run, beside its trials (`Store.keep_study_file`). A store that cannot
+    be written is left to the run, which says so in one line (exit 3)."""
+    from ablate.runner.store import Store
+
+    if study.spec.path is not None:
+        try:
+            Store(results_dir, study.name).keep_study_file(study.spec.path)
+        except OSError:
+            pass
 
 
 VERIFY_CORRUPT, VERIFY_INCOMPLETE = 2, 4

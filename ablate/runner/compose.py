@@ -29,10 +29,8 @@ from ablate.errors import ConfigError, choice_error
 from ablate.runner.kinds import NOT_AXES, config_fields, trial_kind
 
 
-def _studies_dir() -> Path:
-    """$ABLATE_STUDIES, else studies/ beside the package (checkout or wheel), else ./studies."""
-    if os.environ.get("ABLATE_STUDIES"):
-        return Path(os.environ["ABLATE_STUDIES"])
+def _builtin_studies() -> Path:
+    """The built-in studies: studies/ beside the package (checkout or wheel), else ./studies."""
     package = Path(__file__).resolve().parents[1]  # ablate/ (this file: ablate/runner/)
     for d in (package.parent / "studies", package / "studies", Path.cwd() / "studies"):
         if d.is_dir():
@@ -40,12 +38,70 @@ def _studies_dir() -> Path:
     return package.parent / "studies"
 
 
-STUDIES_DIR = _studies_dir()
+STUDIES_DIR = _builtin_studies()
+STUDY_SUFFIXES = (".yaml", ".yml")
+
+
+def study_dirs() -> list[Path]:
+    """Where study names are looked up, in order: the folders of $ABLATE_STUDIES (separated
+    by os.pathsep), then the built-in studies."""
+    extra = [Path(d) for d in os.environ.get("ABLATE_STUDIES", "").split(os.pathsep) if d]
+    return [*extra, STUDIES_DIR]
+
+
+def is_study_path(arg: str) -> bool:
+    """`study=` names a file (a .yaml path, or anything with a folder in it), not a name."""
+    return arg.endswith(STUDY_SUFFIXES) or "/" in arg or os.sep in arg
+
+
+def study_name(arg: str) -> str:
+    """The study's name: the file's stem for a path (its results go to RESULTS_DIR/STEM/)."""
+    return Path(arg).stem if is_study_path(arg) else arg
+
+
+def study_files() -> dict[str, list[Path]]:
+    """Every study on the search path: name -> the files of that name, in search order."""
+    found: dict[str, list[Path]] = {}
+    for d in study_dirs():
+        for path in sorted(d.glob("*.yaml")) if d.is_dir() else []:
+            found.setdefault(path.stem, []).append(path)
+    return found
+
+
+def locate_study(arg: str, directory: Path | None = None) -> Path:
+    """The file of `study=ARG`: a path (relative to the working directory, or absolute), or a
+    name looked up in `directory`, else on the search path (`study_dirs`). A missing or
+    unreadable file, an unknown name or a name found twice is a one-line `ConfigError`."""
+    if is_study_path(arg):
+        path = Path(arg).expanduser()
+        if not path.exists():
+            raise ConfigError(f"study file {arg}: no such file")
+        if not path.is_file():
+            raise ConfigError(f"study file {arg}: not a file")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"study file {arg}: not readable (permission denied)")
+        return path.resolve()
+    if directory is not None:
+        path = Path(directory) / f"{arg}.yaml"
+        if not path.is_file():
+            raise choice_error("study", arg, sorted(p.stem for p in Path(directory).glob("*.yaml"))
+                               or [f"(none found in {directory})"])
+        return path
+    found = study_files()
+    paths = found.get(arg, [])
+    if not paths:
+        raise choice_error("study", arg, sorted(found) or [
+            f"(none found in {', '.join(map(str, study_dirs()))})"])
+    if len(paths) > 1:
+        raise ConfigError(f"study {arg!r} is defined twice on the search path: {paths[0]} and "
+                          f"{paths[1]}; rename one, or pass study=PATH")
+    return paths[0]
 
 
 # Runner options: name -> (default, help). Settable on the command line only.
 RUN_KEYS: dict[str, tuple[Any, str]] = {
-    "study": (None, "study to run: the name of a file studies/NAME.yaml"),
+    "study": (None, "study to run: a name (its file NAME.yaml on the search path: "
+                    "$ABLATE_STUDIES, then the built-in studies) or a path to a .yaml file"),
     "results_dir": ("results", "result store root; results go to RESULTS_DIR/STUDY/"),
     "dry_run": (False, "print the trial table and count, then exit"),
     "verify": (False, "read every result file of the study, list every problem, then exit"),
@@ -93,18 +149,24 @@ class StudySpec:
     gpus_per_trial: float | str = "auto"
     max_failures: int = 2
     pack_size: int | str = "auto"
+    path: Path | None = None  # the study file it was read from
 
 
 def list_studies(directory: Path | None = None) -> dict[str, str]:
-    """Study name -> one-line description, for every studies/*.yaml."""
-    directory = Path(directory or STUDIES_DIR)
-    out = {}
-    for path in sorted(directory.glob("*.yaml")):
-        try:
-            out[path.stem] = str(_read_yaml(path).get("description", "")).strip()
-        except ConfigError as e:
-            out[path.stem] = f"(unreadable: {e})"
-    return out
+    """Study name -> one-line description, for every study on the search path (or in
+    `directory`); a name found twice reads from its first file."""
+    if directory is not None:
+        files = {p.stem: [p] for p in sorted(Path(directory).glob("*.yaml"))}
+    else:
+        files = study_files()
+    return {name: _description(paths[0]) for name, paths in files.items()}
+
+
+def _description(path: Path) -> str:
+    try:
+        return str(_read_yaml(path).get("description", "")).strip()
+    except ConfigError as e:
+        return f"(unreadable: {e})"
 
 
 def _read_yaml(path: Path) -> dict:
@@ -112,6 +174,8 @@ def _read_yaml(path: Path) -> dict:
 
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except OSError as e:
+        raise ConfigError(f"{path}: not readable ({e.strerror or e})") from None
     except Exception as e:  # YAML syntax errors
         raise ConfigError(f"{path}: not a valid study file ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -120,26 +184,21 @@ def _read_yaml(path: Path) -> dict:
 
 
 def study_file(name: str, directory: Path | None = None) -> dict:
-    """The sections of studies/NAME.yaml, unvalidated; every study kind (search studies
-    included) is read here. A missing study is a ConfigError naming the studies there."""
-    directory = Path(directory or STUDIES_DIR)
-    path = directory / f"{name}.yaml"
-    if not path.is_file():
-        raise choice_error("study", name, list(list_studies(directory)) or ["(none found in "
-                                                                            f"{directory})"])
-    return _read_yaml(path)
+    """The sections of the study `name` (a name or a path, `locate_study`), unvalidated;
+    every study kind (search studies included) is read here."""
+    return _read_yaml(locate_study(name, directory))
 
 
 def load_spec(name: str, directory: Path | None = None) -> StudySpec:
-    """Read studies/NAME.yaml into a `StudySpec` (no overrides yet)."""
-    directory = Path(directory or STUDIES_DIR)
-    path = directory / f"{name}.yaml"
-    raw = study_file(name, directory)
+    """Read the study `name` (a name or a path, `locate_study`) into a `StudySpec` (no
+    overrides yet); its name is the file's stem."""
+    path = locate_study(name, directory)
+    raw = _read_yaml(path)
     unknown = sorted(set(raw) - _SECTIONS)
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {unknown}; valid: {sorted(_SECTIONS)}")
-    spec = StudySpec(name=name, kind=str(raw.get("kind", "graph")),
-                     description=str(raw.get("description", "")).strip())
+    spec = StudySpec(name=path.stem, kind=str(raw.get("kind", "graph")),
+                     description=str(raw.get("description", "")).strip(), path=path)
     trial_kind(spec.kind)  # a known kind, or a ConfigError naming them
     for sec in ("fixed", "data", "grid"):
         value = raw.get(sec) or {}

@@ -22,6 +22,7 @@ final evaluation, summary). Their public names are re-exported here.
 
 from __future__ import annotations
 
+from ablate.runner.compose import locate_study
 from ablate.runner.search_final import best_trial, final_evaluation, final_jobs, summary
 from ablate.runner.search_spec import (
     CHOICES,
@@ -85,6 +86,7 @@ def main(name: str, argv: list[str]) -> int:
     store = Store(spec.results_dir, spec.name)
     store.lock()
     try:
+        store.keep_study_file(locate_study(name))  # the study file as run, beside its trials
         for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
             for cfg in (arm_config(spec, arm), final_config(spec, arm)):
                 load_graphsets(cfg.dataset, **cfg.data_kwargs)

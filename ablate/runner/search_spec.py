@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ablate.errors import ConfigError
-from ablate.runner.compose import STUDIES_DIR, parse_overrides, seed_list, study_file
+from ablate.runner.compose import locate_study, parse_overrides, seed_list, study_file
 from ablate.runner.kinds import NOT_AXES, config_fields
 from ablate.runner.study import make_config, resolve_config
 
@@ -80,8 +79,8 @@ def is_search_study(name: str) -> bool:
 
 def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
     """studies/NAME.yaml (``kind: search``) with Hydra-grammar overrides, validated."""
-    path = Path(STUDIES_DIR) / f"{name}.yaml"
-    raw = dict(study_file(name))
+    path = locate_study(name)
+    raw = dict(study_file(str(path)))
     if raw.pop("kind", None) != "search":
         raise ConfigError(f"{path}: not a search study (it needs kind: search)")
     known = {f.name for f in dataclasses.fields(SearchSpec)} - {"name"}
@@ -93,7 +92,7 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: section {sec!r} must be a mapping")
         raw[sec] = dict(value)
-    spec = SearchSpec(name=name, **raw)
+    spec = SearchSpec(name=path.stem, **raw)
     spec.description = str(spec.description or "").strip()
     arms_wanted = _apply_overrides(spec, overrides)
     spec.seeds, spec.final_seeds = seed_list(spec.seeds), seed_list(spec.final_seeds)

@@ -170,6 +170,18 @@ class Store:
         plan = {"study": self.study, "written_at": now_iso(), "trial_ids": list(trial_ids)}
         return atomic_write(self.dir / PLAN, lambda f: f.write(json.dumps(plan, indent=1).encode()))
 
+    def keep_study_file(self, path: Path) -> Path:
+        """Keep the study file a run was started from beside its trials, as
+        `study-<sha256[:12]>.yaml`: every version a store was run with stays (an edited study
+        adds a file, never replaces one); the same file again writes nothing."""
+        import hashlib
+
+        data = Path(path).read_bytes()
+        target = self.dir / f"study-{hashlib.sha256(data).hexdigest()[:12]}.yaml"
+        if not target.exists():
+            atomic_write(target, lambda f: f.write(data))
+        return target
+
     def log_failure(self, entry: dict) -> None:
         """Append one failed attempt to failures.jsonl (history; the trial file holds the latest)."""
         self.dir.mkdir(parents=True, exist_ok=True)
