@@ -129,9 +129,12 @@ def test_mnist_splits_structure(mnist_splits):
             np.testing.assert_array_equal(gs.x[:, 0], gs.x[:, 1])
         n = gs.num_nodes
         assert (n <= 75).all() and (n > 1).all()
-        np.testing.assert_array_equal(np.diff(gs.edge_ptr), n * (n - 1))  # complete graphs
-        assert len(gs.edge_weight) == len(gs.edge_index[0])
-        assert (gs.edge_index[0] != gs.edge_index[1]).all()
+        # point graphs: centroids stored, no edges; each graph is complete when derived
+        assert gs.points and gs.coord.shape == (gs.total_nodes, 2) and gs.edge_index.size == 0
+        for i in (0, len(gs) - 1):
+            e, w = gs.edges(i)
+            assert e.shape[1] == n[i] * (n[i] - 1) and len(w) == e.shape[1]
+            assert (e[0] != e[1]).all() and (w > 0).all()
         sums = np.add.reduceat(gs.gt, gs.node_ptr[:-1])
         np.testing.assert_allclose(sums, 1.0, atol=1e-5)  # every blob image has bright nodes
         if name in ("train", "test_orig"):  # gt>0 nodes are brighter than every gt=0 node
@@ -145,8 +148,7 @@ def test_noisy_splits(mnist_splits):
     orig, noisy, noisyc = (mnist_splits[s] for s in ("test_orig", "test_noisy", "test_noisyc"))
     for gs in (noisy, noisyc):
         np.testing.assert_array_equal(gs.gt, orig.gt)
-        np.testing.assert_array_equal(gs.edge_index, orig.edge_index)
-        np.testing.assert_array_equal(gs.edge_weight, orig.edge_weight)
+        np.testing.assert_array_equal(gs.coord, orig.coord)
         np.testing.assert_array_equal(gs.y, orig.y)
         np.testing.assert_array_equal(gs.x[:, 3:], orig.x[:, 3:])  # coordinates untouched
     d = noisy.x[:, :3] - orig.x[:, :3]
@@ -293,7 +295,7 @@ def test_tu_inductive_split_with_node_labels(tmp_path):
     all_sizes = sorted(np.concatenate([s[k].num_nodes for k in ("train", "val", "test_large")]))
     assert all_sizes == sorted(SIZES)
     for gs in s.values():
-        assert gs.x.shape[1] == 3 and (gs.x.sum(1) == 1).all()  # labels one-hot, attributes dropped
+        assert gs.x.shape[1] == 3 and (np.asarray(gs.x).sum(1) == 1).all()  # one-hot labels
         assert (gs.gt == 0).all() and gs.y.dtype == np.int64 and gs.edge_weight is None
         _check_graphs(gs)
         # graph labels 1/2 -> 0/1, alternating with the graph index (size identifies the graph)
@@ -303,7 +305,7 @@ def test_tu_inductive_split_with_node_labels(tmp_path):
     big = s["test_large"]
     g = int(np.flatnonzero(big.num_nodes == 50)[0])
     start = sum(SIZES[:SIZES.index(50)])
-    x = big.x[big.node_ptr[g]:big.node_ptr[g + 1]]
+    x = np.asarray(big.x[big.node_ptr[g]:big.node_ptr[g + 1]])
     np.testing.assert_array_equal(x.argmax(1), (start + np.arange(50)) % 3)
 
 
@@ -318,13 +320,14 @@ def test_tu_degree_features_and_collab(tmp_path, monkeypatch):
         for i in range(len(gs)):
             e = gs.edge_index[:, gs.edge_ptr[i]:gs.edge_ptr[i + 1]]
             deg = np.bincount(e[0], minlength=gs.num_nodes[i])
-            np.testing.assert_array_equal(gs.x[gs.node_ptr[i]:gs.node_ptr[i + 1]].argmax(1), deg)
+            x = np.asarray(gs.x[gs.node_ptr[i]:gs.node_ptr[i + 1]])
+            np.testing.assert_array_equal(x.argmax(1), deg)
     from ablate.data import load_graphsets
 
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     r = load_graphsets("collab", path=str(tmp_path), max_train_nodes=8, n_train_val=10,
                        val_fraction=0.2)
-    np.testing.assert_array_equal(r["test_large"].x, s["test_large"].x)
+    np.testing.assert_array_equal(np.asarray(r["test_large"].x), np.asarray(s["test_large"].x))
 
 
 def test_tu_missing_paths_raise(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 
 from ablate.run import main as run_main
 from ablate.runner import driver
+from ablate.runner.kinds import trial_kind
 from ablate.runner.store import Store, StoreError, read_curves, read_trials
 from ablate.runner.study import build_study
 from analysis.load import load_store
@@ -64,7 +65,8 @@ def test_a_written_file_has_every_column_of_its_kind_typed_and_versioned(tmp_pat
                                         _row(status="nan", error="NaN loss", seed=1)],
                        curves=[{"seed": 0, "epoch": 1, "train_loss": 1.0}])
     got = pq.read_schema(path)
-    assert got == schema.schema("graph", "trials", layers=2)  # types, nullability, order
+    own = dict(trial_kind("graph").store_columns)  # the graph kind's own `note` column
+    assert got == schema.schema("graph", "trials", layers=2, extra=own)  # types, nulls, order
     assert got.metadata[schema.META_VERSION] == str(schema.VERSION).encode()
     assert got.metadata[schema.META_KIND] == b"graph"
     assert not {"task", "nnz"} & set(got.names)  # SDC-only columns are not graph columns

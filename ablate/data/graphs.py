@@ -1,34 +1,49 @@
 """Compact storage for a split of graphs, and its conversions.
 
 A `GraphSet` keeps every graph of a split in a few concatenated NumPy arrays
-(CSR style), which is what the on-disk cache stores and what the dense
-collator reads. `to_data_list` gives the public `torch_geometric.data.Data`
-view promised by `ablate.data.load_dataset`.
+(CSR style), which is what the on-disk cache stores (memory-mapped when read back,
+`ablate.data.cache`) and what the dense collator reads. It holds what defines a
+graph, not what can be derived from it:
+
+- edge graphs (COLORS, TRIANGLES, TU): an edge list per graph, both directions;
+- point graphs (MNIST-75SP): node centroids `coord`; every graph is complete with the
+  weights `ablate.data.superpixels.adjacency(coord)`, built where a batch is made
+  (`ablate.trial.batches`), never stored;
+- one-hot features may be kept as the hot channel's index (`ablate.data.onehot.OneHot`).
+
+`to_data_list` gives the public `torch_geometric.data.Data` view promised by
+`ablate.data.load_dataset` (edges and weights derived for point graphs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from ablate.data.onehot import OneHot
+
 if TYPE_CHECKING:  # PyG costs ~3 s to import: only where Data objects are made
     from torch_geometric.data import Data
+
+ARRAYS = ("x", "gt", "node_ptr", "edge_index", "edge_ptr", "y", "edge_weight", "coord")
 
 
 @dataclass
 class GraphSet:
     """Graphs of one split, concatenated. Node indices in `edge_index` are local to each graph."""
 
-    x: np.ndarray  # (total_nodes, C) float32 node features
+    x: np.ndarray | OneHot  # (total_nodes, C) float32 node features
     gt: np.ndarray  # (total_nodes,) float32 ground-truth attention, sums to 1 per graph or all 0
     node_ptr: np.ndarray  # (G + 1,) int64 offsets of each graph's nodes
-    edge_index: np.ndarray  # (2, total_edges) int64, both directions, no self-loops, local ids
+    edge_index: np.ndarray  # (2, total_edges) int, both directions, no self-loops, local ids
     edge_ptr: np.ndarray  # (G + 1,) int64 offsets of each graph's edges
     y: np.ndarray  # (G,) graph labels (float32 for regression counts, int64 for classes)
     edge_weight: np.ndarray | None = None  # (total_edges,) float32, None = unweighted
+    coord: np.ndarray | None = None  # (total_nodes, 2) float32 centroids: point graphs (no edges)
 
     def __len__(self) -> int:
         return len(self.node_ptr) - 1
@@ -39,24 +54,49 @@ class GraphSet:
         return np.diff(self.node_ptr)
 
     @property
+    def total_nodes(self) -> int:
+        return int(self.node_ptr[-1])
+
+    @property
     def num_features(self) -> int:
         return int(self.x.shape[1])
+
+    @property
+    def points(self) -> bool:
+        """Complete graphs weighted by the centroid kernel (edges derived, not stored)."""
+        return self.coord is not None
+
+    def replace(self, **changes) -> GraphSet:
+        return dataclasses.replace(self, **changes)
+
+    def edges(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Graph `i`'s (2, E) int64 local edge index (both directions) and (E,) weights or None;
+        derived from the centroids for point graphs."""
+        if self.points:
+            from ablate.data.superpixels import adjacency, complete_edges
+
+            n0, n1 = self.node_ptr[i], self.node_ptr[i + 1]
+            e = complete_edges(int(n1 - n0))
+            return e, adjacency(self.coord[n0:n1])[e[0], e[1]].astype(np.float32)
+        e0, e1 = self.edge_ptr[i], self.edge_ptr[i + 1]
+        w = None if self.edge_weight is None else np.array(self.edge_weight[e0:e1], np.float32)
+        return np.array(self.edge_index[:, e0:e1], np.int64), w
 
     def graph(self, i: int) -> Data:
         """Graph `i` as a PyG `Data` object."""
         from torch_geometric.data import Data
 
         n0, n1 = self.node_ptr[i], self.node_ptr[i + 1]
-        e0, e1 = self.edge_ptr[i], self.edge_ptr[i + 1]
+        e, w = self.edges(i)
         data = Data(
-            x=torch.from_numpy(self.x[n0:n1].copy()),
-            edge_index=torch.from_numpy(self.edge_index[:, e0:e1].copy()),
+            x=torch.from_numpy(np.array(self.x[n0:n1], np.float32)),
+            edge_index=torch.from_numpy(e),
             y=torch.tensor([self.y[i]]),
-            gt=torch.from_numpy(self.gt[n0:n1].copy()),
+            gt=torch.from_numpy(np.array(self.gt[n0:n1], np.float32)),
             num_nodes=int(n1 - n0),
         )
-        if self.edge_weight is not None:
-            data.edge_weight = torch.from_numpy(self.edge_weight[e0:e1].copy())
+        if w is not None:
+            data.edge_weight = torch.from_numpy(w)
         return data
 
     def to_data_list(self) -> list[Data]:
@@ -76,34 +116,52 @@ class GraphSet:
             edge_ptr=np.concatenate([[0], np.cumsum(ne)]).astype(np.int64),
             y=self.y[idx],
             edge_weight=None if self.edge_weight is None else self.edge_weight[edge_sel],
+            coord=None if self.coord is None else self.coord[node_sel],
         )
 
-    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        """Flatten into named arrays for `np.savez` (see `from_arrays`)."""
-        out = {
-            f"{prefix}/x": self.x,
-            f"{prefix}/gt": self.gt,
-            f"{prefix}/node_ptr": self.node_ptr,
-            f"{prefix}/edge_index": self.edge_index,
-            f"{prefix}/edge_ptr": self.edge_ptr,
-            f"{prefix}/y": self.y,
-        }
-        if self.edge_weight is not None:
-            out[f"{prefix}/edge_weight"] = self.edge_weight
+    def concat(self, other: GraphSet) -> GraphSet:
+        """The graphs of this set followed by those of `other` (same kind of graphs)."""
+        if (self.edge_weight is None) != (other.edge_weight is None) or self.points != other.points:
+            raise ValueError("cannot join splits of different kinds of graphs (weights, points)")
+        both = (self, other)
+        x = (OneHot.concat([g.x for g in both]) if all(isinstance(g.x, OneHot) for g in both)
+             else np.concatenate([np.asarray(g.x, np.float32) for g in both]))
+        return GraphSet(
+            x=x, gt=np.concatenate([self.gt, other.gt]),
+            node_ptr=np.concatenate([self.node_ptr, other.node_ptr[1:] + self.node_ptr[-1]]),
+            edge_index=np.concatenate([self.edge_index, other.edge_index], axis=1),
+            edge_ptr=np.concatenate([self.edge_ptr, other.edge_ptr[1:] + self.edge_ptr[-1]]),
+            y=np.concatenate([self.y, other.y]),
+            edge_weight=None if self.edge_weight is None
+            else np.concatenate([self.edge_weight, other.edge_weight]),
+            coord=None if self.coord is None else np.concatenate([self.coord, other.coord]),
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every stored array by field name (a `OneHot` x as ``x_hot``, its width aside)."""
+        out = {}
+        for name in ARRAYS:
+            v = getattr(self, name)
+            if isinstance(v, OneHot):
+                out["x_hot"] = v.index
+            elif v is not None:
+                out[name] = v
         return out
 
     @classmethod
-    def from_arrays(cls, arrays, prefix: str) -> GraphSet:
-        ew = f"{prefix}/edge_weight"
-        return cls(
-            x=arrays[f"{prefix}/x"],
-            gt=arrays[f"{prefix}/gt"],
-            node_ptr=arrays[f"{prefix}/node_ptr"],
-            edge_index=arrays[f"{prefix}/edge_index"],
-            edge_ptr=arrays[f"{prefix}/edge_ptr"],
-            y=arrays[f"{prefix}/y"],
-            edge_weight=arrays[ew] if ew in arrays else None,
-        )
+    def from_fields(cls, arrays: dict[str, np.ndarray], x_width: int | None = None) -> GraphSet:
+        """Inverse of `arrays` (`x_width`: the width of a one-hot ``x_hot``)."""
+        kw = {k: arrays.get(k) for k in ARRAYS if k != "x"}
+        x = OneHot(arrays["x_hot"], x_width) if "x_hot" in arrays else arrays["x"]
+        return cls(x=x, **kw)
+
+    def footprint(self) -> dict:
+        """Sizes that decide the memory of dense batches of this split (`ablate.data.cache`)."""
+        n = self.num_nodes
+        return {"graphs": len(self), "nodes": self.total_nodes,
+                "max_nodes": int(n.max()) if len(n) else 0,
+                "sum_n2": int((n.astype(np.int64) ** 2).sum()), "channels": self.num_features,
+                "points": self.points}
 
     @classmethod
     def from_graphs(

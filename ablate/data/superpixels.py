@@ -20,7 +20,10 @@ weights and ground truth. Feature assembly and standardisation live in
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import os
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -92,6 +95,25 @@ def adjacency(coord: np.ndarray) -> np.ndarray:
     a = np.exp(-dist / (SIGMA * np.pi) ** 2)
     np.fill_diagonal(a, 0.0)
     return a
+
+
+def adjacency_batch(coord, mask):
+    """`adjacency` of a padded batch of point graphs, on the batch's device (torch).
+
+    coord (..., N, 2) float32 centroids, mask (..., N) bool -> A (..., N, N) float32, zero on
+    the diagonal and padding. Computed in float64 and rounded once, as `adjacency` then its
+    float32 storage did, so both give the same bits (`tests/test_data_storage.py`). No op
+    here reads the host: it runs inside a captured CUDA graph.
+    """
+    import torch
+
+    c = coord.to(torch.float64)
+    dist = (c.unsqueeze(-2) - c.unsqueeze(-3)).pow(2).sum(-1).sqrt()  # (..., N, N)
+    a = torch.exp(-dist / (SIGMA * np.pi) ** 2).to(torch.float32)
+    n = mask.shape[-1]
+    keep = mask.unsqueeze(-1) & mask.unsqueeze(-2) & ~torch.eye(n, dtype=torch.bool,
+                                                                   device=mask.device)
+    return a * keep.to(a.dtype)
 
 
 def gt_attention(intensity: np.ndarray, gt: str = "intensity") -> np.ndarray:
@@ -175,5 +197,42 @@ def _map_chunks(chunks: list[np.ndarray], workers: int) -> Iterator[list]:
     # never torch or OpenMP.
     methods = mp.get_all_start_methods()
     ctx = mp.get_context("fork" if "fork" in methods else "spawn")
-    with ctx.Pool(min(workers, len(chunks))) as pool:
+    with _signals_blocked():  # only while the workers are forked
+        pool = ctx.Pool(min(workers, len(chunks)), initializer=_pool_worker,
+                        initargs=(os.getpid(),))
+    with pool:
         yield from pool.imap(_chunk_superpixels, chunks)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_blocked():
+    """Ctrl-C and SIGTERM held back while the pool forks its workers, so that none arrives in a
+    worker before `_pool_worker` has replaced the driver's handlers (the driver gets them
+    once the fork is over)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _pool_worker(parent: int) -> None:
+    """A superpixel worker: Ctrl-C is the driver's to handle, SIGTERM (the pool's shutdown)
+    ends it silently, and it dies with the driver. Without this, a forked worker keeps the
+    driver's SIGTERM handler and prints a traceback when the pool ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the driver died before the line above
+        os._exit(1)

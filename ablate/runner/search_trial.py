@@ -55,20 +55,7 @@ def cv_splits(splits: dict, k: int) -> list[dict]:
 
 def _concat(a, b):
     """The graphs of GraphSet `a` followed by those of `b`, as one GraphSet."""
-    import numpy as np
-
-    from ablate.data import GraphSet
-
-    if (a.edge_weight is None) != (b.edge_weight is None):
-        raise ValueError("cannot join splits with and without edge weights")
-    return GraphSet(
-        x=np.concatenate([a.x, b.x]), gt=np.concatenate([a.gt, b.gt]),
-        node_ptr=np.concatenate([a.node_ptr, b.node_ptr[1:] + a.node_ptr[-1]]),
-        edge_index=np.concatenate([a.edge_index, b.edge_index], axis=1),
-        edge_ptr=np.concatenate([a.edge_ptr, b.edge_ptr[1:] + a.edge_ptr[-1]]),
-        y=np.concatenate([a.y, b.y]),
-        edge_weight=None if a.edge_weight is None else np.concatenate([a.edge_weight,
-                                                                       b.edge_weight]))
+    return a.concat(b)
 
 
 def objective(accs: list[float], groups: int, kind: str = "mean") -> float:

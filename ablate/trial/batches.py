@@ -2,12 +2,15 @@
 
 Training and evaluation run on this form (DESIGN.md, "Performance shape"):
 small splits are collated once to one padded tensor set and batches are
-index gathers; evaluation batches are pre-collated once per split, sorted by
-graph size so that padding stays small.
+index gathers; evaluation batches are sorted by graph size so that padding stays
+small, and collated once where the split is small. What is kept is bounded: the
+adjacency of point graphs (MNIST-75SP) is derived per batch from the centroids,
+and a split too large to keep collated is collated batch by batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -15,39 +18,61 @@ import torch
 from torch import Tensor
 
 from ablate.data.graphs import GraphSet
+from ablate.data.onehot import OneHot
+from ablate.data.superpixels import adjacency_batch
 
 PRECOLLATE_LIMIT = 64_000_000  # adjacency entries (256 MB float32) above which batches are lazy
 
 
 @dataclass
 class DenseBatch:
-    """Padded graphs: present nodes first in each row of the mask."""
+    """Padded graphs: present nodes first in each row of the mask.
+
+    Point graphs (MNIST-75SP) may be held without their adjacency: `coord` then holds
+    the centroids and `A` is None until `with_adjacency` (or `index`) derives it, so a
+    collated split on the device costs (B, N, C + 4) entries instead of (B, N, N).
+    """
 
     x: Tensor  # (B, N, C) node features, zero on padding
-    A: Tensor  # (B, N, N) adjacency (weights), zero on padding and diagonal
+    A: Tensor | None  # (B, N, N) adjacency (weights), zero on padding and diagonal
     mask: Tensor  # (B, N) bool, True for real nodes
     gt: Tensor  # (B, N) ground-truth attention
     y: Tensor  # (B,) labels (float counts or int64 classes)
     n_nodes: Tensor  # (B,) int64 number of nodes
+    coord: Tensor | None = None  # (B, N, 2) centroids of point graphs
 
     def __len__(self) -> int:
         return self.x.shape[0]
 
     def to(self, device: torch.device | str) -> DenseBatch:
-        return DenseBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return DenseBatch(**{f.name: None if getattr(self, f.name) is None
+                             else getattr(self, f.name).to(device) for f in fields(self)})
+
+    def with_adjacency(self) -> DenseBatch:
+        """This batch with `A` (derived from the centroids of point graphs when absent)."""
+        if self.A is not None:
+            return self
+        return DenseBatch(self.x, adjacency_batch(self.coord, self.mask), self.mask, self.gt,
+                          self.y, self.n_nodes, self.coord)
 
     def index(self, idx: Tensor, trim: bool = True) -> DenseBatch:
-        """Graphs `idx`, padded to the largest of them when `trim`."""
+        """Graphs `idx`, padded to the largest of them when `trim`, with their adjacency."""
         n = int(self.n_nodes[idx].max()) if trim and len(idx) else self.x.shape[1]
-        return DenseBatch(self.x[idx, :n], self.A[idx, :n, :n], self.mask[idx, :n],
-                          self.gt[idx, :n], self.y[idx], self.n_nodes[idx])
+        coord = None if self.coord is None else self.coord[idx, :n]
+        A = self.A[idx, :n, :n] if self.A is not None else None
+        return DenseBatch(self.x[idx, :n], A, self.mask[idx, :n], self.gt[idx, :n], self.y[idx],
+                          self.n_nodes[idx], coord).with_adjacency()
 
     def replace_gt(self, gt: Tensor) -> DenseBatch:
-        return DenseBatch(self.x, self.A, self.mask, gt, self.y, self.n_nodes)
+        return DenseBatch(self.x, self.A, self.mask, gt, self.y, self.n_nodes, self.coord)
 
 
-def collate(gs: GraphSet, idx: np.ndarray | None = None, n_max: int | None = None) -> DenseBatch:
-    """Pad graphs `idx` of `gs` (all by default) into one DenseBatch (vectorised scatter)."""
+def collate(gs: GraphSet, idx: np.ndarray | None = None, n_max: int | None = None,
+            adjacency: bool = True) -> DenseBatch:
+    """Pad graphs `idx` of `gs` (all by default) into one DenseBatch (vectorised scatter).
+
+    Point graphs get their adjacency from their centroids; with `adjacency=False` they keep
+    the centroids only (`DenseBatch.with_adjacency` derives it later)."""
     sub = gs if idx is None else gs.subset(idx)
     nn_ = sub.num_nodes
     G = len(sub)
@@ -55,24 +80,49 @@ def collate(gs: GraphSet, idx: np.ndarray | None = None, n_max: int | None = Non
     node_graph = np.repeat(np.arange(G), nn_)
     local = np.arange(len(node_graph)) - sub.node_ptr[node_graph]
     x = torch.zeros(G, N, sub.num_features)
-    x[node_graph, local] = torch.from_numpy(sub.x)
+    if isinstance(sub.x, OneHot):  # set the hot channel of every node
+        on = sub.x.index >= 0
+        x[node_graph[on], local[on], torch.from_numpy(sub.x.index[on].astype(np.int64))] = 1.0
+    else:
+        x[node_graph, local] = _tensor(sub.x)
     gt = torch.zeros(G, N)
-    gt[node_graph, local] = torch.from_numpy(sub.gt)
+    gt[node_graph, local] = _tensor(sub.gt)
     mask = torch.zeros(G, N, dtype=torch.bool)
     mask[node_graph, local] = True
+    y = _tensor(sub.y)
+    n_nodes = torch.from_numpy(nn_.astype(np.int64))
+    if sub.points:
+        coord = torch.zeros(G, N, 2)
+        coord[node_graph, local] = _tensor(sub.coord)
+        batch = DenseBatch(x, None, mask, gt, y, n_nodes, coord)
+        return batch.with_adjacency() if adjacency else batch
     A = torch.zeros(G, N, N)
     edge_graph = np.repeat(np.arange(G), np.diff(sub.edge_ptr))
-    w = torch.ones(len(edge_graph)) if sub.edge_weight is None else torch.from_numpy(
-        sub.edge_weight)
-    A[edge_graph, sub.edge_index[0], sub.edge_index[1]] = w
-    y = torch.from_numpy(np.asarray(sub.y))
-    return DenseBatch(x, A, mask, gt, y, torch.from_numpy(nn_.astype(np.int64)))
+    w = torch.ones(len(edge_graph)) if sub.edge_weight is None else _tensor(sub.edge_weight)
+    ei = np.asarray(sub.edge_index, np.int64)
+    A[edge_graph, ei[0], ei[1]] = w
+    return DenseBatch(x, A, mask, gt, y, n_nodes)
+
+
+def _tensor(a: np.ndarray) -> Tensor:
+    """A tensor of `a`'s values (a read-only memory map is copied: torch cannot share it)."""
+    a = np.asarray(a)
+    return torch.from_numpy(a if a.flags.writeable else np.array(a))
+
+
+def collated_entries(gs: GraphSet) -> int:
+    """Entries of `collate(gs)` kept in memory: the (G, N, N) adjacency, or for point graphs
+    (whose adjacency is derived per batch) the (G, N, C + 4) features, centroids, mask, gt."""
+    n = int(gs.num_nodes.max()) if len(gs) else 0
+    return len(gs) * n * ((gs.num_features + 4) if gs.points else n)
 
 
 def precollate_limit(device: torch.device) -> int:
-    """Adjacency entries up to which a split is pre-collated on `device`: `PRECOLLATE_LIMIT` on
-    a CPU; on CUDA up to a quarter of the free GPU memory (MNIST-75SP's 60,000 x 75 x 75
-    training adjacency, 1.35 GB, then stays on the device and its steps can be captured)."""
+    """Entries up to which a split is pre-collated on `device` (`collated_entries`):
+    `PRECOLLATE_LIMIT` on a CPU; on CUDA up to a quarter of the free GPU memory. A split that
+    does not fit is collated batch by batch, so what a trial keeps for its splits is bounded
+    whatever the data set (MNIST-75SP's training split, kept as centroids: 40 million
+    entries, 0.16 GB, whatever the pack size)."""
     if device.type != "cuda":
         return PRECOLLATE_LIMIT
     free, _ = torch.cuda.mem_get_info(device)
@@ -84,9 +134,8 @@ class TrainBatches:
 
     def __init__(self, gs: GraphSet, device: torch.device):
         self.gs, self.device = gs, device
-        n = int(gs.num_nodes.max())
-        self.dense = collate(gs).to(device) if len(gs) * n * n <= precollate_limit(device) \
-            else None
+        self.dense = (collate(gs, adjacency=False).to(device)
+                      if collated_entries(gs) <= precollate_limit(device) else None)
         self.member_gt: Tensor | None = None  # (S, G, N) per-member targets (`set_member_gt`)
         self._member_gt_host: np.ndarray | None = None  # (S, total nodes), when not pre-collated
 
@@ -98,8 +147,7 @@ class TrainBatches:
 
         The pre-collated `dense.gt` is rewritten in place (no new collation of x and A, and a
         captured step that reads the buffer sees the new values)."""
-        self.gs = GraphSet(self.gs.x, gt_per_node.astype(np.float32), self.gs.node_ptr,
-                           self.gs.edge_index, self.gs.edge_ptr, self.gs.y, self.gs.edge_weight)
+        self.gs = self.gs.replace(gt=gt_per_node.astype(np.float32))
         if self.dense is not None:
             gt = self.dense.gt
             gt.zero_()
@@ -111,8 +159,8 @@ class TrainBatches:
         member its own alpha_WS). Pre-collated splits keep it on the device as (S, G, N),
         updated in place when the shape is unchanged."""
         gt = np.ascontiguousarray(gt_per_member, dtype=np.float32)
-        if gt.ndim != 2 or gt.shape[1] != len(self.gs.x):
-            raise ValueError(f"per-member targets must be (members, {len(self.gs.x)} nodes), "
+        if gt.ndim != 2 or gt.shape[1] != self.gs.total_nodes:
+            raise ValueError(f"per-member targets must be (members, {self.gs.total_nodes} nodes), "
                              f"got {gt.shape}")
         if self.dense is None:
             self._member_gt_host = gt
@@ -160,22 +208,62 @@ class TrainBatches:
                 yield collate(self.gs, idx.numpy()).to(self.device)
 
 
-def eval_batches(gs: GraphSet, batch_size: int = 100_000, device: torch.device | str = "cpu",
-                 max_entries: int = 2_000_000) -> list[tuple[np.ndarray, DenseBatch]]:
-    """Pre-collated evaluation batches sorted by size: (graph ids, batch) pairs.
+SIZE_BREAK = 256  # no evaluation batch holds graphs on both sides of this size (weak.LOO_MAX_NODES)
 
-    A batch holds at most `batch_size` graphs and `max_entries` adjacency entries.
-    Evaluation is per graph and deterministic, so batching changes speed, not results.
+
+class EvalBatches(Sequence):
+    """Evaluation batches of one split, sorted by graph size: (graph ids, DenseBatch) pairs.
+
+    A batch holds at most `batch_size` graphs and `max_entries` adjacency entries, and never
+    graphs on both sides of `SIZE_BREAK` nodes. Evaluation is per graph and deterministic, so
+    batching changes speed, not results. What is kept between reads is bounded: point graphs
+    keep their features and centroids (each batch's adjacency derived when it is read); edge
+    graphs keep their collated batches when the split's padded adjacency fits `keep_entries`
+    (validation splits, read for every curve point), else each batch is collated when read
+    (a large test split is read once or twice: its batches never all sit in memory at once).
     """
-    order = np.argsort(gs.num_nodes, kind="stable")
-    sizes = gs.num_nodes[order]
+
+    def __init__(self, gs: GraphSet, batch_size: int, device: torch.device | str,
+                 max_entries: int, keep_entries: int):
+        self.gs, self.device = gs, torch.device(device)
+        self.groups = _size_groups(gs.num_nodes, batch_size, max_entries)
+        padded = sum(len(ids) * int(gs.num_nodes[ids].max()) ** 2 for ids in self.groups)
+        keep = gs.points or padded <= keep_entries
+        self.kept = ([collate(gs, ids, adjacency=False).to(self.device) for ids in self.groups]
+                     if keep else None)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        ids = self.groups[i]  # IndexError past the end: ends iteration
+        b = self.kept[i] if self.kept is not None else collate(self.gs, ids).to(self.device)
+        return ids, b.with_adjacency()
+
+
+def _size_groups(sizes: np.ndarray, batch_size: int, max_entries: int) -> list[np.ndarray]:
+    """Graph ids sorted by size, cut into batches of at most `batch_size` graphs and
+    `max_entries` padded adjacency entries, never straddling `SIZE_BREAK`."""
+    order = np.argsort(sizes, kind="stable")
+    s = sizes[order]
     out, start = [], 0
     while start < len(order):
         stop = start + 1
         while (stop < len(order) and stop - start < batch_size
-               and (stop + 1 - start) * int(sizes[stop]) ** 2 <= max_entries):
+               and (stop + 1 - start) * int(s[stop]) ** 2 <= max_entries
+               and (s[start] > SIZE_BREAK) == (s[stop] > SIZE_BREAK)):
             stop += 1
-        ids = order[start:stop]
-        out.append((ids, collate(gs, ids).to(device)))
+        out.append(order[start:stop])
         start = stop
     return out
+
+
+def eval_batches(gs: GraphSet, batch_size: int = 100_000, device: torch.device | str = "cpu",
+                 max_entries: int = 2_000_000, keep_entries: int | None = None) -> EvalBatches:
+    """The evaluation batches of `gs` (`EvalBatches`); `keep_entries` defaults to a quarter of
+    what `precollate_limit` allows on the device."""
+    dev = torch.device(device)
+    keep = precollate_limit(dev) // 4 if keep_entries is None else keep_entries
+    return EvalBatches(gs, batch_size, dev, max_entries, keep)

@@ -14,29 +14,60 @@ import numpy as np
 import torch
 
 from ablate.config import TrialConfig
+from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet
 from ablate.trial import metrics
 from ablate.trial.fit import task_loss
-from ablate.trial.weak import leave_one_out_batch, weak_attention, weak_floor
+from ablate.trial.weak import LOO_MAX_NODES, leave_one_out_batch, weak_attention, weak_floor
 
 SIZE_BINS = (1, 26, 51, 101, 201, 501, 10**9)  # graph size bins [lo, hi) for accuracy by N
 
 
+def loo_plan(cfg: TrialConfig, split: str, gs: GraphSet) -> tuple[bool, str]:
+    """Whether `split`'s attention is scored by leave-one-out, and the record's note.
+
+    Leave-one-out attention only serves the attention AUC, so it runs only for a global-pool
+    model (`loo_auc`) on a test split that has ground-truth attention (TU data have none:
+    their AUC is NaN without it). Graphs above `LOO_MAX_NODES` nodes are left out of it (the
+    dense path costs ~N^3 per graph: hours and hundreds of GB for D&D's 5,748-node graph);
+    the note says how many, and the AUC and FT are over the other graphs.
+    """
+    if not cfg.loo_auc or cfg.pool_layers or split == "val" or not (gs.gt > 0).any():
+        return False, ""
+    big = int((gs.num_nodes > LOO_MAX_NODES).sum())
+    note = (f"leave-one-out attention not computed for {big} of {len(gs)} graphs above "
+            f"{LOO_MAX_NODES} nodes: attn_auc and ft over the others") if big else ""
+    return True, note
+
+
+def loo_batch(batch) -> bool:
+    """Whether leave-one-out attention is computed for an evaluation batch (its graphs are all
+    at most `LOO_MAX_NODES` nodes; batches never mix sizes on both sides of it)."""
+    return batch.x.shape[1] <= LOO_MAX_NODES  # padded to its largest graph: no device read
+
+
 @torch.no_grad()
 def evaluate(model: GraphNet, batches, cfg: TrialConfig, loo: bool = False) -> dict:
-    """Accuracy, loss, attention AUC / ratio kept per pooling layer, FT, by-size accuracy."""
+    """Accuracy, loss, attention AUC / ratio kept per pooling layer, FT, by-size accuracy.
+    `loo`: leave-one-out attention of a global-pool model (`loo_plan`), per `loo_batch`."""
     model.eval()
     outputs = ((b, model(b.x, Graph(b.A, b.mask), b.gt)) for _, b in batches)
-    loo_alpha = (lambda b: weak_attention(leave_one_out_batch(model, b, target=cfg.weak_target),
-                                          b.mask, weak_floor(cfg))) if loo else None
-    return summarize(outputs, cfg, model.regression, loo_alpha)
+
+    def loo_alpha(b):
+        if not loo_batch(b):
+            return None
+        diff = leave_one_out_batch(model, b, target=cfg.weak_target)
+        return weak_attention(diff, b.mask, weak_floor(cfg))
+
+    return summarize(outputs, cfg, model.regression, loo_alpha if loo else None)
 
 
 def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> dict:
     """The record of `evaluate` from (DenseBatch, NetOutput) pairs of one model over a split.
 
-    `loo_alpha(batch)` gives leave-one-out attention (models without pooling), or None.
+    `loo_alpha(batch)` gives leave-one-out attention (models without pooling; None for a
+    batch it leaves out), or is None.
     The record's private key ``_attention`` holds per pooling layer the (alpha, gt) of every
     node scored, for `pool_test_auc`, which removes it.
     """
@@ -59,8 +90,7 @@ def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> di
                 alphas[layer].append(p.alpha[m].cpu())
                 gts[layer].append(p.gt[m].cpu())
                 kept[layer].append(torch.from_numpy(metrics.ratio_kept(m, p.graph.mask)))
-        elif loo_alpha is not None:
-            alpha = loo_alpha(b)
+        elif loo_alpha is not None and (alpha := loo_alpha(b)) is not None:
             firsts = [(alpha, b.gt, b.mask)]
             alphas[0].append(alpha[b.mask].cpu())
             gts[0].append(b.gt[b.mask].cpu())

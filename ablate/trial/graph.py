@@ -20,7 +20,7 @@ from ablate.data import GraphSet, dataset_recipe_hash, load_graphsets
 from ablate.errors import NaNLoss
 from ablate.trial import packed
 from ablate.trial.batches import TrainBatches, eval_batches
-from ablate.trial.evaluate import evaluate, pool_test_auc
+from ablate.trial.evaluate import evaluate, loo_plan, pool_test_auc
 from ablate.trial.fit import fit
 from ablate.trial.kind import TrialKind, TrialResult
 from ablate.trial.provenance import peak_gpu_mb, peak_rss_mb, provenance, start_gpu_peak
@@ -54,11 +54,12 @@ def run_seed(cfg: TrialConfig, splits: dict[str, GraphSet], seed: int,
         if split == "train":
             continue
         t0 = time.perf_counter()
+        loo, note = loo_plan(cfg, split, gs)
         rec = evaluate(model, val if split == "val" else
-                       eval_batches(gs, cfg.test_batch_size, device), cfg,
-                       loo=cfg.loo_auc and not cfg.pool_layers and split != "val")
+                       eval_batches(gs, cfg.test_batch_size, device), cfg, loo=loo)
         rec.update(seed=seed, split=split, status="ok", error="", cos_p_init=cos_p,
-                   train_s=train_s, eval_s=time.perf_counter() - t0, device=str(device))
+                   train_s=train_s, eval_s=time.perf_counter() - t0, device=str(device),
+                   note=note)
         records.append(rec)
     pool_test_auc(records, cfg.dataset)
     for r in records:
@@ -146,6 +147,7 @@ class GraphKind(TrialKind):
 
     name = "graph"
     store_kind = "graph"  # result_store.schema: the columns of its files
+    store_columns = (("note", "string"),)  # what a record's metrics leave out (`loo_plan`)
     config = TrialConfig
 
     def resolve(self, cfg: TrialConfig) -> TrialConfig:

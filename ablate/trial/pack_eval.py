@@ -157,7 +157,8 @@ def summarize_pack(outputs: Iterable[tuple[DenseBatch, Tensor, Sequence[PackPool
     """`summarize` of every member from (batch, out (S, B, ...), pools) per evaluation batch.
 
     `pools` holds per pooling layer (alpha, gt, mask_before, mask_after), each (S, B, N);
-    `loo_alpha(batch)` gives the leave-one-out attention (S, B, N) of global-pool models, or
+    `loo_alpha(batch)` gives the leave-one-out attention (S, B, N) of global-pool models (None
+    for a batch it leaves out), or
     None. fields="curve" computes only `CURVE_KEYS` (validation curves). Everything stays on
     the device until one transfer at the end.
     """
@@ -186,10 +187,9 @@ def summarize_pack(outputs: Iterable[tuple[DenseBatch, Tensor, Sequence[PackPool
         parts = [loss.double().unsqueeze(-1) * B, correct.sum(-1, keepdim=True).double()]
         if n_pools:
             layers = [(a, g, mb) for a, g, mb, _ in pools]
-        elif loo_alpha is not None:
-            a = loo_alpha(b)
+        elif loo_alpha is not None and (a := loo_alpha(b)) is not None:
             layers = [(a, b.gt.expand_as(a), b.mask.expand_as(a))]
-        else:
+        else:  # no attention, or a batch leave-one-out leaves out (large graphs)
             layers = []
         if full:
             size = b.n_nodes.to(dev).unsqueeze(-1)  # (B, 1)
@@ -200,6 +200,8 @@ def summarize_pack(outputs: Iterable[tuple[DenseBatch, Tensor, Sequence[PackPool
             if layers:
                 a, g, m = layers[0]
                 parts.append(_focus_and_mass(a, g, m, to_device(MASS_THRESHOLDS, dev, a.dtype)))
+            elif scored:  # its graphs count for no FT or mass
+                parts.append(torch.zeros(S, 3 + cols.n_mass, dtype=torch.float64, device=dev))
             for _, _, mb, ma in pools:
                 ratio = ma.sum(-1).double() / mb.sum(-1).clamp(min=1).double()  # (S, B)
                 parts.append(ratio.sum(-1, keepdim=True))

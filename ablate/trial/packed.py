@@ -65,6 +65,7 @@ from ablate.data import GraphSet
 from ablate.errors import ConfigError, DeviceMemoryExhausted
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
+from ablate.trial.evaluate import loo_batch, loo_plan
 from ablate.trial.fit import lr_at
 from ablate.trial.kind import stable_hash
 from ablate.trial.local_loo import member_budget
@@ -198,8 +199,9 @@ def _loo_alpha(stack: MemberStack, alive: list[int], cfg: TrialConfig, shrink: i
     target, floor = cfg.weak_target, weak_floor(cfg)
     device = next(iter(stack.params.values())).device
     chunks, members = CHUNK_ENTRIES // shrink, member_budget(device) // shrink
-    return lambda b: weak_attention(leave_one_out_members(stack, alive, b, target, chunks, members),
-                                    b.mask, floor)
+    return lambda b: (weak_attention(leave_one_out_members(stack, alive, b, target, chunks,
+                                                           members), b.mask, floor)
+                      if loo_batch(b) else None)  # None: a batch of graphs it leaves out
 
 
 @torch.no_grad()
@@ -337,14 +339,15 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
             continue
         te = time.perf_counter()
         batches = val if split == "val" else eval_batches(gs, cfg.test_batch_size, device)
-        res = evaluate_members(stack, alive, batches, cfg,
-                               loo=cfg.loo_auc and not cfg.pool_layers and split != "val")
+        loo, note = loo_plan(cfg, split, gs)
+        res = evaluate_members(stack, alive, batches, cfg, loo=loo)
         eval_s = (time.perf_counter() - te) / len(alive)
         if split in pooled_splits(cfg.dataset):
             pooled[split] = res
         for i, rec in zip(alive, res.records):
             rec.update(seed=members[i].seed, split=split, status="ok", error="",
-                       cos_p_init=cos_p[i], train_s=train_s, eval_s=eval_s, device=str(device))
+                       cos_p_init=cos_p[i], train_s=train_s, eval_s=eval_s, device=str(device),
+                       note=note)
             records[i].append(rec)
     for i, auc in zip(alive, pool_test_auc_pack(pooled, cfg.dataset)):  # one transfer
         for r in records[i]:

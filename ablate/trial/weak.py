@@ -25,12 +25,15 @@ from torch import Tensor
 from ablate.config import TU_DATASETS, TrialConfig, recipe
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
-from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
+from ablate.trial.batches import SIZE_BREAK, DenseBatch, TrainBatches, eval_batches
 from ablate.trial.fit import fit
 from ablate.trial.local_loo import loo_outputs, supports_local_loo
 from ablate.trial.setup import seeded_model
 
 MODEL_B_SEED = 7919  # model B of seed s trains from seed s + MODEL_B_SEED
+# Leave-one-out attention for evaluation stops here: graphs above this size get none (their
+# N removal copies cost ~N^3 each; `ablate.trial.evaluate.loo_plan`). COLORS' largest are 200.
+LOO_MAX_NODES = SIZE_BREAK
 
 
 def output_scores(out: Tensor, regression: bool, cls: Tensor | None,
@@ -126,7 +129,7 @@ def leave_one_out_attention(model, gs: GraphSet, device: torch.device,
                             floor: float = 0.0) -> np.ndarray:
     """alpha_WS for every node of `gs` (flat, GraphSet node order)."""
     model.eval()
-    out = np.zeros(len(gs.x), dtype=np.float32)
+    out = np.zeros(gs.total_nodes, dtype=np.float32)
     for ids, batch in eval_batches(gs, batch_size, device):
         diff = leave_one_out_batch(model, batch, target=target)
         alpha = weak_attention(diff, batch.mask, floor).cpu().numpy()
