@@ -10,6 +10,8 @@ naming the valid choices), 3 results could not be written (disk full, read-only;
 rerun to resume), 130 interrupted by Ctrl-C and 143 by SIGTERM (rerun to resume).
 verify=true: 0 every planned trial complete and every file intact, 4 intact but
 incomplete (planned trials not run or failed), 2 a corrupt or foreign file.
+reproduce=TRIAL_ID: 0 the rerun matches the store within the documented tolerance, 5 it
+does not, 2 no such trial.
 """
 
 from __future__ import annotations
@@ -183,6 +185,13 @@ def _main(argv: list[str]) -> int:
         from ablate.runner.ray_env import check_devices, check_resources_early
         from ablate.runner.store import Store
 
+        if options["reproduce"]:
+            from ablate.runner.reproduce import reproduce
+
+            # the id as typed: Hydra reads "0123e45678ab"-like ids as numbers
+            raw = [a.split("=", 1)[1] for a in argv if a.startswith("reproduce=")]
+            return reproduce(study, {**options, "reproduce": raw[-1] if raw else
+                                     options["reproduce"]})
         if options["verify"]:
             return verify(study, options)
         if options["dry_run"]:  # a run makes these checks itself (run_study), before Ray

@@ -109,6 +109,8 @@ RUN_KEYS: dict[str, tuple[Any, str]] = {
     "ray_address": (None, "join this Ray cluster ('auto' or host:port); default: "
                           "$RAY_ADDRESS, else start an embedded local Ray"),
     "progress": ("auto", "progress display: auto, bar (one live line), lines, none"),
+    "reproduce": (None, "rerun this stored trial (its id) alone here and compare with the "
+                        "store: exit 0 it holds, 5 it does not"),
 }
 
 
@@ -355,6 +357,8 @@ def _run_option(key: str, value: Any) -> Any:
         return value
     if key == "progress" and value not in PROGRESS_MODES:
         raise choice_error("progress", value, PROGRESS_MODES)
+    if key == "reproduce" and value not in (None, ""):
+        return str(value)  # ablate.run passes the id as typed (Hydra reads some ids as numbers)
     if key in ("results_dir", "study") and (not isinstance(value, str) or not value):
         raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
     return None if value in (None, "") else str(value)

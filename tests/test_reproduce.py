@@ -1,0 +1,102 @@
+"""`reproduce=TRIAL_ID`: one stored trial rerun alone and compared with the store."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from ablate.run import main
+from ablate.runner.reproduce import REPRODUCE_DIFFERS, compare
+from ablate.runner.store import read_trials
+from result_store import writer
+
+# two thresholds x two seeds, one seed a trial: four trials that pack into one model
+PACKED = """
+description: reproduce test
+fixed: {dataset: colors, backbone: gin, supervision: unsup, epochs: 2}
+data: {n_train: 32, n_val: 16, n_test: 16, n_max_large: 30}
+variants:
+  - {threshold: 0.03}
+  - {threshold: 0.1}
+seeds: [0, 1]
+pack_size: 4
+gpus_per_trial: 0
+"""
+
+
+@pytest.fixture
+def stored(tmp_path, ray_env):
+    path = tmp_path / "packed.yaml"
+    path.write_text(PACKED)
+    results = tmp_path / "results"
+    assert main([f"study={path}", f"results_dir={results}", "progress=none"]) == 0
+    df = read_trials(results, "packed")
+    assert set(df["batched_seeds"]) == {4}  # every trial trained inside the pack of four
+    return path, results, df
+
+
+def test_a_trial_stored_from_a_pack_reproduces_alone(stored, capsys):
+    path, results, df = stored
+    tid = sorted(df["trial_id"].unique())[1]
+    capsys.readouterr()
+    assert main([f"study={path}", f"results_dir={results}", f"reproduce={tid}"]) == 0
+    out = capsys.readouterr().out
+    assert f"reproduce {tid}: holds (CPU records rerun on a CPU" in out
+    assert "accuracy" in out and "curve train_loss" in out
+
+
+def test_a_stored_number_that_was_changed_does_not_hold(stored, capsys):
+    path, results, df = stored
+    tid = sorted(df["trial_id"].unique())[0]
+    file = results / "packed" / "trials" / f"{tid}.parquet"
+    t = pq.read_table(file)
+    i = t.schema.get_field_index("accuracy")
+    t = t.set_column(i, "accuracy", pc.add(t["accuracy"], 0.25))
+    writer.write(t, file)
+    capsys.readouterr()
+    assert main([f"study={path}", f"results_dir={results}", f"reproduce={tid}"]) == \
+        REPRODUCE_DIFFERS
+    out = capsys.readouterr().out
+    assert "<- differs" in out and "does NOT hold" in out
+
+
+def test_an_unknown_trial_is_one_line(tmp_path, capsys):
+    path = tmp_path / "packed.yaml"
+    path.write_text(PACKED)
+    assert main([f"study={path}", f"results_dir={tmp_path}", "reproduce=0123456789ab"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reproduce=0123456789ab: not a trial of study packed" in err[0]
+
+
+def test_a_planned_trial_never_stored_is_one_line(tmp_path, capsys):
+    path = tmp_path / "packed.yaml"
+    path.write_text(PACKED)
+    assert main([f"study={path}", "dry_run=true", f"results_dir={tmp_path}"]) == 0
+    tid = capsys.readouterr().out.splitlines()[3].split()[0]
+    assert main([f"study={path}", f"results_dir={tmp_path}", f"reproduce={tid}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such trial in" in err[0]
+
+
+def _row(**kw):
+    return {"seed": 0, "split": "test_orig", "status": "ok", "n_graphs": 100,
+            "accuracy": 0.5, "loss": 1.0, "attn_auc_l0": math.nan, "train_s": 3.0, **kw}
+
+
+def test_the_rules_on_a_cpu_and_across_devices():
+    same = compare([_row()], [_row(train_s=9.0)], [], [], cpu=True)
+    assert same.holds and same.worst["loss"] == 0 and "train_s" not in same.worst
+    rounding = compare([_row()], [_row(loss=1.0 + 5e-7)], [], [], cpu=True)
+    assert rounding.holds
+    assert not compare([_row()], [_row(accuracy=0.51)], [], [], cpu=True).holds
+    assert compare([_row()], [_row(accuracy=0.52)], [], [], cpu=False).holds  # 2 of 100 graphs
+    assert not compare([_row()], [_row(accuracy=0.53)], [], [], cpu=False).holds
+    assert not compare([_row()], [_row(attn_auc_l0=0.7)], [], [], cpu=False).holds  # NaN vs 0.7
+    missing = compare([_row()], [], [], [], cpu=True)
+    assert not missing.holds and missing.missing
+    curve = {"seed": 0, "epoch": 1, "train_loss": 2.0, "val_accuracy": 0.5}
+    assert not compare([_row()], [_row()], [curve], [{**curve, "train_loss": 2.0 + 1e-7}],
+                       cpu=True).holds  # training is identical on a CPU
