@@ -397,6 +397,7 @@ def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_ca
     assert summary.exit_code == 0 and summary.ok == 1
     assert len(server.gets) == 4  # the driver's download, once
     assert (driver_cache / "data" / "MNIST" / "raw").is_dir()
-    assert [p.name for p in node_cache.iterdir()] == [p.name for p in driver_cache.glob("*.npz")]
+    assert ([p.name for p in node_cache.glob("*.npz")]
+            == [p.name for p in driver_cache.glob("*.npz")])
     rows = read_trials(tmp_path / "results", "fetch")
     assert set(rows.node_id) == {node.node_id}

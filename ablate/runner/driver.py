@@ -6,9 +6,9 @@ local Ray sized to the machine (or joins `ray_address` / $RAY_ADDRESS), and
 hands the trials to a Tune `Tuner` (function trainable, `reuse_actors=True`,
 declared `cpus_per_trial` / fractional `gpus_per_trial`,
 `FailureConfig(max_failures)`). A worker only loads the cached dataset (on a
-node without the cache file it writes the driver's copy, shipped once through
-the object store), runs the trial kind's function on the packed seeds and
-reports its records and curves in one result. The driver-side `StoreCallback`
+node without the cache file it writes the driver's copy, shipped once per node
+through the object store in pieces, `ablate.runner.ship`), runs the trial kind's
+function on the packed seeds and reports its records and curves in one result. The driver-side `StoreCallback`
 writes them atomically as each result arrives. A trial that raises or returns
 NaN reports rows with its status and is retried in the same warm worker; a lost
 worker or node is recorded by the driver and retried elsewhere by Tune.
@@ -184,7 +184,12 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
     import ray
     from ray import tune
 
-    from ablate.runner.tune_callback import StorageStop, StoreCallback, trial_name
+    from ablate.runner.tune_callback import (
+        StorageStop,
+        StoreCallback,
+        trial_name,
+        worker_deaths_as_trial_failures,
+    )
 
     with tune_storage(study.name) as storage:
         gpus = gpus_per_trial(study.spec.gpus_per_trial)
@@ -209,6 +214,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         resources = {"cpu": spec.cpus_per_trial, "gpu": gpus}
         fn = tune.with_resources(tune.with_parameters(trainable, blobs=_blobs(todo, ship)),
                                  resources)
+        worker_deaths_as_trial_failures()
         tuner = tune.Tuner(
             fn,
             param_space={"trial": tune.grid_search(payloads)},
@@ -228,6 +234,8 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, written files stay valid
             pass
+        except Exception as e:  # Tune's controller failed: one line; finished trials are kept
+            summary.tune_error = _one_line(e)
         summary.timings["tune"] = time.time() - t0
         display.close()
         summary.ok = sum(1 for s in callback.final.values() if s == "ok")
@@ -237,6 +245,18 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         summary.storage_error = callback.storage_error
         for tid, error in sorted(callback.errors.items()):
             summary.errors.setdefault(error, []).append(tid)
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (Ray's errors
+    carry a memory report or a traceback after it)."""
+    from ablate.runner.tune_callback import MEMORY_KILLED, killed_for_memory
+
+    text = str(e).strip()
+    if killed_for_memory(text):
+        return MEMORY_KILLED
+    first = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {first}"[:300]
 
 
 def _payload(pack: Pack, spec, cache: str | None) -> dict:
@@ -249,18 +269,17 @@ def _payload(pack: Pack, spec, cache: str | None) -> dict:
 
 
 def _blobs(trials: list[Trial], ship: bool) -> dict:
-    """data hash -> ObjectRef of the cache file bytes, for nodes that lack the file."""
+    """data hash -> the prepared cache file as object-store pieces (`ablate.runner.ship`), for
+    nodes that lack the file; nothing when every trial runs on this node."""
     if not ship:
         return {}
-    import ray
-
     from ablate.data import dataset_cache_path
+    from ablate.runner.ship import put_chunks
 
     out = {}
     for t in trials:
         if t.data_hash and t.data_hash not in out:
-            path = dataset_cache_path(t.dataset, dict(t.data_params))
-            out[t.data_hash] = ray.put(path.read_bytes())
+            out[t.data_hash] = put_chunks(dataset_cache_path(t.dataset, dict(t.data_params)))
     return out
 
 

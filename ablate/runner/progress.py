@@ -33,6 +33,7 @@ class Summary:
     storage_error: str = ""  # the first result write that failed (disk full, read-only)
     signal: str = ""  # SIGINT / SIGTERM that stopped the run
     ray_logs: str = ""  # an embedded Ray's logs, kept when trials failed
+    tune_error: str = ""  # an error Ray Tune's controller raised (the study stopped there)
 
     @property
     def interrupted(self) -> bool:
@@ -40,17 +41,21 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        """0 complete, 1 trials failed, 3 results could not be written, 130/143 interrupted."""
+        """0 complete, 1 trials failed (or Ray Tune stopped the study), 3 results could not be
+        written, 130/143 interrupted."""
         if self.storage_error:
             return 3
-        if self.remaining:
+        if self.remaining and (self.signal or not self.tune_error):
             return 143 if self.signal == "SIGTERM" else 130
-        return 1 if self.failed else 0
+        return 1 if self.failed or self.tune_error else 0
 
     def line(self) -> str:
         state = (f"results could not be written ({self.storage_error}): free space or fix "
                  "permissions, then rerun the same command to resume" if self.storage_error
-                 else "interrupted: rerun the same command to resume" if self.remaining
+                 else "interrupted: rerun the same command to resume"
+                 if self.remaining and (self.signal or not self.tune_error)
+                 else f"stopped by Ray Tune ({self.tune_error}): rerun the same command to resume"
+                 if self.tune_error
                  else f"{len(self.failed)} failed" if self.failed else "complete")
         return (f"study {self.study}: {self.total} trials, {self.ok} run, {self.skipped} "
                 f"skipped (already done), {len(self.failed)} failed, {self.retries} retries, "

@@ -4,7 +4,8 @@
 writes each member trial's rows atomically to the store, logs failed attempts to
 failures.jsonl, records trials whose worker or node died, and drives the
 progress display. `StorageStop` ends the study once a result could not be
-written (disk full, read-only).
+written (disk full, read-only). `worker_deaths_as_trial_failures` makes a worker killed by
+Ray's memory monitor a failed trial of Tune rather than an error of its controller.
 
 This module imports Ray Tune when it is imported (its classes subclass Tune's):
 the driver imports it only after `start_ray` has set Ray's environment.
@@ -164,18 +165,61 @@ def _tid(trial) -> str:
     return trial.config["trial"]["trial_id"]
 
 
+# why a trial whose worker Ray's memory monitor killed failed, and what to do
+MEMORY_KILLED = ("its worker was killed by Ray's memory monitor (the node ran low on memory): "
+                 "run fewer trials at once (cpus_per_trial=2), or use a node with more memory")
+_MEMORY_SIGNS = ("running low on memory", "OutOfMemoryError", "memory monitor")
+
+
+def killed_for_memory(text: str) -> bool:
+    """Whether an error text is Ray's report of a worker killed for the node's memory."""
+    return any(sign in text for sign in _MEMORY_SIGNS)
+
+
 def _tune_error(trial) -> str:
     """One line describing why the trial's last attempt failed (from Tune's error file)."""
     try:
         text = Path(trial.error_file).read_text() if trial.error_file else ""
     except OSError:
         text = ""
+    if killed_for_memory(text):
+        return MEMORY_KILLED
     sections = text.split("Failure # ")
     lines = [ln.strip() for ln in sections[-1].splitlines()[1:] if ln.strip()]
     for ln in lines:
         if "died" in ln or "Error" in ln or "error" in ln:
             return ln[:500]
     return (lines[0] if lines else "the trial's worker failed")[:500]
+
+
+def worker_deaths_as_trial_failures() -> None:
+    """Make a worker that Ray killed an ordinary trial failure of Tune (idempotent).
+
+    When Ray's memory monitor kills a trial's worker, the trial's pending call fails with
+    `ray.exceptions.OutOfMemoryError`, which is neither an actor error nor a task error; Tune's
+    actor manager then raises "Caught unexpected exception" out of `tuner.fit()`, ending the
+    whole study. Handed over as the actor's death instead, Tune records the trial as failed
+    (`StoreCallback` writes its rows with `MEMORY_KILLED`), retries it per `max_failures` and
+    goes on with the others."""
+    from ray.exceptions import RayActorError, RayError, RayTaskError
+
+    try:
+        from ray.air.execution._internal.actor_manager import RayActorManager
+    except ImportError:  # another Ray layout: `run_study` still turns its error into a line
+        return
+    original = RayActorManager._actor_task_failed
+    if getattr(original, "_ablate", False):
+        return
+
+    def failed(self, tracked_actor_task, exception):
+        if isinstance(exception, RayError) and not isinstance(exception,
+                                                              RayActorError | RayTaskError):
+            text = " ".join(str(exception).split())[:300]
+            exception = RayActorError(error_msg=f"{type(exception).__name__}: {text}")
+        return original(self, tracked_actor_task, exception)
+
+    failed._ablate = True
+    RayActorManager._actor_task_failed = failed
 
 
 class StorageStop(tune.Stopper):

@@ -2,8 +2,8 @@
 
 Ray pickles `trainable` by reference, so it stays at ``ablate.runner.worker.trainable``.
 A worker loads the dataset from the on-disk cache (on a node without the cache
-file it first writes the driver's copy, shipped through the object store; it never
-downloads raw files), runs
+file it first writes the driver's copy, shipped through the object store in pieces,
+once per node; it never downloads raw files), runs
 the trial kind's function on the pack's trials and reports each attempt as one
 Tune result. A trial that raises or returns NaN is retried here, in the same
 warm worker, unless its error is one a retry cannot fix (`_retryable`).
@@ -19,7 +19,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ablate.atomic import atomic_write
 from ablate.runner.kinds import load_attr
 from ablate.runner.ray_env import worker_data_env
 
@@ -31,19 +30,15 @@ _DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
 
 
 def _ensure_dataset(p: dict, blobs: dict) -> None:
-    """Materialise the driver's cache file on this node when it is missing (other nodes)."""
-    ref = blobs.get(p["data_hash"]) if p["data_hash"] else None
-    if ref is None:
+    """Materialise the driver's cache file on this node when it is missing (other nodes):
+    fetched in pieces, once per node (`ablate.runner.ship.receive`)."""
+    shipped = blobs.get(p["data_hash"]) if p["data_hash"] else None
+    if shipped is None:
         return
     from ablate.data import dataset_cache_path
+    from ablate.runner.ship import receive
 
-    path = dataset_cache_path(p["dataset"], dict(p["data_params"]))
-    if path.exists():
-        return
-    import ray
-
-    data = ray.get(ref)
-    atomic_write(path, lambda f: f.write(data))  # a concurrent loader sees no or all bytes
+    receive(dataset_cache_path(p["dataset"], dict(p["data_params"])), shipped)
 
 
 def _trial_kind(path: str):

@@ -1,0 +1,100 @@
+"""Prepared datasets shipped to the other nodes of a cluster, in bounded pieces.
+
+The driver prepares every dataset recipe once (`ablate.runner.driver.prepare_datasets`).
+A node without the prepared file gets it through Ray's object store: `put_chunks` reads
+the file in pieces of `CHUNK_BYTES` and puts each piece (never the whole file as one
+object, never the whole file in the driver's memory at once); on the node, the first
+worker that needs the recipe (`receive`, under a lock that the node's other workers wait
+on) fetches the pieces one at a time, writes them to a temp file beside the cache file,
+checks the SHA-256 and renames it into place. So a recipe crosses the network once per
+node, whatever the number of trials there, and a worker holds one piece at a time.
+
+Each file received is logged as one JSON line in the node's cache folder
+(`received.jsonl`: file, bytes, pieces), what a node was sent and when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ablate.atomic import atomic_write
+
+CHUNK_BYTES = 32 << 20  # one object-store object per 32 MiB of a prepared file
+RECEIVED = "received.jsonl"
+
+
+def put_chunks(path: Path, chunk_bytes: int | None = None) -> dict[str, Any]:
+    """Put the file at `path` in the object store in pieces: its name, size, SHA-256 and the
+    pieces' ObjectRefs, in order (what `receive` needs)."""
+    import ray
+
+    size = chunk_bytes or CHUNK_BYTES
+    digest = hashlib.sha256()
+    refs = []
+    with open(path, "rb") as f:
+        while piece := f.read(size):
+            digest.update(piece)
+            refs.append(ray.put(piece))
+            del piece
+    return {"name": path.name, "bytes": path.stat().st_size, "sha256": digest.hexdigest(),
+            "chunks": refs}
+
+
+def receive(path: Path, shipped: dict[str, Any]) -> bool:
+    """Write the shipped file to `path` unless it is there; True if this call wrote it.
+
+    One worker per node fetches (a lock file beside `path`); the others wait for it and then
+    find the file. The pieces are fetched one at a time; a file whose SHA-256 differs from the
+    driver's is refused (`OSError`) and nothing is left at `path`."""
+    import ray
+
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _node_lock(path):
+        if path.exists():  # another worker of this node received it meanwhile
+            return False
+        digest = hashlib.sha256()
+
+        def write(f) -> None:
+            for ref in shipped["chunks"]:
+                piece = ray.get(ref)
+                digest.update(piece)
+                f.write(piece)
+                del piece
+            if digest.hexdigest() != shipped["sha256"]:
+                raise OSError(f"the shipped {shipped['name']} arrived damaged (SHA-256 differs)")
+
+        atomic_write(path, write)
+        entry = {"file": path.name, "bytes": shipped["bytes"], "chunks": len(shipped["chunks"]),
+                 "pid": os.getpid(), "time": time.time()}
+        with open(path.parent / RECEIVED, "a") as log:
+            log.write(json.dumps(entry) + "\n")
+    return True
+
+
+def received(folder: Path) -> list[dict]:
+    """The entries of a node's `received.jsonl` (what it was sent), oldest first."""
+    try:
+        text = (Path(folder) / RECEIVED).read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def _node_lock(path: Path):
+    """An exclusive lock of this node's processes on `path` (a ``.NAME.lock`` file beside it)."""
+    with open(path.parent / f".{path.name}.lock", "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

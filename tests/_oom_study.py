@@ -1,0 +1,80 @@
+"""A study whose one trial outgrows the node's memory, run in a process of its own.
+
+`python tests/_oom_study.py RESULTS CALM_FILE` starts an embedded Ray whose memory monitor
+kills a worker once the node's memory use passes a threshold set 1.5 GB above what is used
+now (`RAY_memory_usage_threshold`), and runs a study of two trials, one at a time (each
+takes every CPU): one reports at once; ``+hog`` (unless CALM_FILE exists) allocates and
+touches memory until its worker is killed.
+Prints the run's summary line and exits with its exit code (`ablate.run` would).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+HEADROOM = 1.5e9  # bytes above today's use at which Ray's monitor kills
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, value = line.split(":", 1)
+        out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def hog_trial(cfg):
+    """``+hog=true``: allocate 64 MB at a time (touched) until killed, up to 2 GB past the
+    threshold; then give up with an error the test would see. Otherwise one quick record."""
+    extra = dict(cfg.extra)
+    if extra.get("hog") and not Path(extra["calm"]).exists():
+        import numpy as np
+
+        chunks = []
+        info = _meminfo()
+        limit = info["MemTotal"] - info["MemAvailable"] + HEADROOM + 2e9
+        while (info := _meminfo())["MemTotal"] - info["MemAvailable"] < limit:
+            chunks.append(np.ones(8 << 20))
+            time.sleep(0.02)
+        time.sleep(20)  # the monitor checks every 250 ms
+        raise RuntimeError("Ray's memory monitor never killed this worker")
+    rec = {"seed": cfg.seeds[0], "split": "val", "status": "ok", "error": "", "accuracy": 1.0}
+    return SimpleNamespace(records=[rec], curves=[])
+
+
+def main(results: str, calm: str) -> int:
+    info = _meminfo()
+    used = info["MemTotal"] - info["MemAvailable"]
+    os.environ["RAY_memory_usage_threshold"] = f"{(used + HEADROOM) / info['MemTotal']:.4f}"
+    os.environ["RAY_memory_monitor_refresh_ms"] = "100"
+    from ablate.runner.compose import StudySpec
+    from ablate.runner.driver import run_study
+    from ablate.runner.kinds import TRIAL_KINDS
+    from ablate.runner.study import Study, expand
+
+    TRIAL_KINDS["hog"] = "_oom_study:HOG"
+    spec = StudySpec(name="oom", kind="hog", fixed={"+calm": calm},
+                     grid={"+hog": [False, True]}, seeds=[0],
+                     cpus_per_trial=os.cpu_count() or 1,  # one trial at a time: the hog is killed
+                     gpus_per_trial=0, max_failures=1)
+    summary = run_study(Study(spec, expand(spec)), results, progress="none")
+    print(summary.line())
+    for line in summary.failure_lines():
+        print(line)
+    return summary.exit_code
+
+
+def _kind():
+    from _ray_kinds import _FunctionKind
+
+    return _FunctionKind("hog", hog_trial, datasets=False, resolve=False)
+
+
+HOG = _kind()
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
