@@ -141,6 +141,13 @@ def dry_run(study, options) -> str:
 
     done = Store(options["results_dir"], study.name).completed()
     table = trial_table(study, done)
+    cost = None
+    if options.get("estimate", "off") != "off" and len(table):
+        from ablate.runner.estimate import estimate
+
+        cost = estimate(study, options["results_dir"], options["estimate"])
+        table["est"] = [_short(cost.trials[t].seconds) for t in table["trial_id"]]
+        table["from"] = [cost.trials[t].source for t in table["trial_id"]]
     spec = study.spec
     fixed = " ".join(f"{k}={v}" for k, v in fixed_axes(study).items())
     n_done = int(table["done"].sum()) if len(table) else 0
@@ -152,7 +159,14 @@ def dry_run(study, options) -> str:
             f"{len(study.trials)} trials ({n_done} done, {len(study.trials) - n_done} to run), "
             f"{sum(len(t.config.seeds) for t in study.trials)} seed runs; "
             f"seeds_per_trial={spec.seeds_per_trial} cpus_per_trial={spec.cpus_per_trial} "
-            f"gpus_per_trial={spec.gpus_per_trial} max_failures={spec.max_failures}")
+            f"gpus_per_trial={spec.gpus_per_trial} max_failures={spec.max_failures}"
+            + ("".join(f"\n{line}" for line in [cost.line(), *cost.notes]) if cost else ""))
+
+
+def _short(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 60:.1f}m" if seconds >= 90 else f"{seconds:.1f}s"
 
 
 def main(argv: list[str] | None = None) -> int:

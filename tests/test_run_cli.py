@@ -51,8 +51,11 @@ def test_dry_run_prints_trial_table_and_count(capsys, tmp_path):
     lines = out.strip().splitlines()
     header = lines[2].split()
     assert header[0] == "trial_id" and "backbone" in header and "dataset" in header
-    assert lines[-1].startswith("24 trials (0 done, 24 to run), 48 seed runs")
-    assert len(lines) == 3 + 24 + 1
+    assert header[-2:] == ["est", "from"]  # the cost estimate of each trial
+    count = next(i for i, line in enumerate(lines) if line.startswith("24 trials"))
+    assert lines[count].startswith("24 trials (0 done, 24 to run), 48 seed runs")
+    assert count == 3 + 24  # two header lines, the column names, one line per trial
+    assert lines[count + 1].startswith("estimate: unknown wall on ")
     assert not _ray_running()
 
 

@@ -111,6 +111,9 @@ RUN_KEYS: dict[str, tuple[Any, str]] = {
     "progress": ("auto", "progress display: auto, bar (one live line), lines, none"),
     "reproduce": (None, "rerun this stored trial (its id) alone here and compare with the "
                         "store: exit 0 it holds, 5 it does not"),
+    "estimate": ("records", "the dry run's cost estimate: records (stored trials of the same "
+                            "shape under results_dir), calibrate (plus short runs here for the "
+                            "rest), off"),
 }
 
 
@@ -129,6 +132,7 @@ STUDY_KEYS: dict[str, tuple[Any, str]] = {
 
 
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
+ESTIMATE_MODES = ("records", "calibrate", "off")  # ablate.runner.estimate.MODES
 
 
 _SECTIONS = {"description", "kind", "fixed", "data", "grid", "variants", *STUDY_KEYS}
@@ -357,6 +361,8 @@ def _run_option(key: str, value: Any) -> Any:
         return value
     if key == "progress" and value not in PROGRESS_MODES:
         raise choice_error("progress", value, PROGRESS_MODES)
+    if key == "estimate" and value not in ESTIMATE_MODES:
+        raise choice_error("estimate", value, ESTIMATE_MODES)
     if key == "reproduce" and value not in (None, ""):
         return str(value)  # ablate.run passes the id as typed (Hydra reads some ids as numbers)
     if key in ("results_dir", "study") and (not isinstance(value, str) or not value):
