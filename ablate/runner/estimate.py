@@ -71,7 +71,8 @@ class StudyCost:
         mem = [c.memory_mb for c in self.trials.values() if c.memory_mb is not None]
         peak = f", up to {max(mem):.0f} MB per trial" if mem else ""
         return (f"estimate: {wall} wall on {self.slots} {self.slot_kind} trial slot(s) here "
-                f"({self.packs} packs){peak}; from {parts}")
+                f"({self.packs} packs; Ray's start-up and per-trial overhead not included)"
+                f"{peak}; from {parts}")
 
 
 def _duration(s: float) -> str:
