@@ -197,6 +197,7 @@ def _main(argv: list[str]) -> int:
         study, options = build_study(_study_name(argv), argv)
         from ablate.runner.driver import check_data_paths, run_study
         from ablate.runner.ray_env import check_devices, check_resources_early
+        from ablate.runner.resources import memory_plan
         from ablate.runner.store import Store
 
         if options["reproduce"]:
@@ -212,8 +213,10 @@ def _main(argv: list[str]) -> int:
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
             notes = check_data_paths(study)
+            memory = memory_plan(study, embedded=not options["ray_address"])  # or 2
             writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2
             print(dry_run(study, options))
+            print(memory)
             for note in notes:
                 print(f"note: {note}")
             if not writable:

@@ -100,10 +100,10 @@ def _hashable(name: str, params: dict) -> dict:
 # the digest the recipe was hashed with before, so recipes and trial ids stay as they were.
 # `tests/test_data_storage.py` pins the recipe hashes and checks the values are unchanged.
 SAME_DATA: dict[str, str] = {
-    "e82e1058c746": "a92a47d7eba2",  # collab
-    "9a9c88aa21af": "76c53eee43db",  # colors
-    "b56daf91573d": "bbe564b4693d",  # digits_sp
-    "6d911f9b7784": "c447f7061c65",  # triangles
+    "26fc5434d22d": "a92a47d7eba2",  # collab
+    "d74c38fd1f0c": "76c53eee43db",  # colors
+    "e610c21a365e": "bbe564b4693d",  # digits_sp
+    "65fe40ae3f1c": "c447f7061c65",  # triangles
 }
 
 

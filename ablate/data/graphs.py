@@ -161,7 +161,7 @@ class GraphSet:
         return {"graphs": len(self), "nodes": self.total_nodes,
                 "max_nodes": int(n.max()) if len(n) else 0,
                 "sum_n2": int((n.astype(np.int64) ** 2).sum()), "channels": self.num_features,
-                "points": self.points}
+                "points": self.points, "gt": bool((self.gt > 0).any())}
 
     @classmethod
     def from_graphs(

@@ -4,14 +4,15 @@ Data flow (DESIGN.md): the driver skips trials already complete in the store,
 builds every dataset recipe once into the on-disk cache, starts an embedded
 local Ray sized to the machine (or joins `ray_address` / $RAY_ADDRESS), and
 hands the trials to a Tune `Tuner` (function trainable, `reuse_actors=True`,
-declared `cpus_per_trial` / fractional `gpus_per_trial`,
-`FailureConfig(max_failures)`). A worker only loads the cached dataset (on a
-node without the cache file it writes the driver's copy, shipped once per node
-through the object store in pieces, `ablate.runner.ship`), runs the trial kind's
-function on the packed seeds and reports its records and curves in one result. The driver-side `StoreCallback`
-writes them atomically as each result arrives. A trial that raises or returns
-NaN reports rows with its status and is retried in the same warm worker; a lost
-worker or node is recorded by the driver and retried elsewhere by Tune.
+declared `cpus_per_trial` / fractional `gpus_per_trial` and the host memory of each
+pack from its prepared dataset (`ablate.runner.resources`), `FailureConfig(max_failures)`).
+A worker only loads the cached dataset (on a node without the cache file it writes the
+driver's copy, shipped once per node through the object store in pieces,
+`ablate.runner.ship`), runs the trial kind's function on the packed seeds and reports
+its records and curves in one result. The driver-side `StoreCallback` writes them
+atomically as each result arrives. A trial that raises or returns NaN reports rows with
+its status and is retried in the same warm worker; a lost worker or node (a worker
+killed for memory too) is recorded by the driver and retried elsewhere by Tune.
 
 Here: `run_study` and the Tuner it builds (packs, payloads, shipped dataset
 files). Elsewhere in `ablate.runner`: Ray start-up and resource checks
@@ -42,6 +43,13 @@ from ablate.runner.ray_env import (
     gpus_per_trial,
     quiet_ray_env,
     tune_storage,
+)
+from ablate.runner.resources import (
+    check_memory,
+    cluster_node_memory,
+    node_memory_estimate,
+    pack_memory,
+    trials_memory,
 )
 from ablate.runner.signals import signal_name
 from ablate.runner.study import Study, Trial
@@ -111,11 +119,22 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
     started = False
     try:
         local = [_reads_local_files(t) for t in todo]
-        splits = prepare_datasets([t for t, x in zip(todo, local) if x],
-                                  progress=stream.isatty())  # bad paths: before Ray
-        ray_start = RayStarter(address)  # Ray starts while the other datasets are built
-        rest = [t for t, x in zip(todo, local) if not x]
-        splits.update(prepare_datasets(rest, progress=stream.isatty()))
+        first = [t for t, x in zip(todo, local) if x]
+        try:
+            splits = prepare_datasets(first, progress=stream.isatty())  # bad paths: before Ray
+            if not address:  # a trial this machine's memory cannot hold: refused before Ray
+                check_memory({t.trial_id: trials_memory([t]) for t in first},
+                             [node_memory_estimate()], embedded=True)
+            ray_start = RayStarter(address)  # Ray starts while the other datasets are built
+            rest = [t for t, x in zip(todo, local) if not x]
+            splits.update(prepare_datasets(rest, progress=stream.isatty()))
+        except OSError as e:  # the data folder filled (or is read-only): exit 3, the usual line
+            from ablate.data.cache import cache_dir
+            from ablate.runner.store import write_error
+
+            summary.storage_error = write_error(e, Path(e.filename or cache_dir()))
+            summary.remaining = [t.trial_id for t in todo]
+            return
         summary.timings["datasets"] = time.time() - t0
         started = ray_start.wait()
         summary.timings["ray_start"] = ray_start.seconds
@@ -206,14 +225,20 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")
         packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))
-        payloads = [_payload(pk, spec, cache) for pk in packs]
+        memory = {pk.pack_id: pack_memory(pk) for pk in packs}  # Ray's `memory` resource
+        warning = check_memory(memory, cluster_node_memory(), embedded=embedded)
+        if warning:
+            stream.write(warning + "\n")
+        resources = {pk.pack_id: {"CPU": spec.cpus_per_trial, "GPU": gpus,
+                                  "memory": memory[pk.pack_id] or 0} for pk in packs}
+        payloads = [{**_payload(pk, spec, cache), "resources": resources[pk.pack_id]}
+                    for pk in packs]
         display = Progress(study.name, len(todo), summary.skipped, progress, stream,
                            t0=t_start)
         callback = StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
                                  {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs})
-        resources = {"cpu": spec.cpus_per_trial, "gpu": gpus}
         fn = tune.with_resources(tune.with_parameters(trainable, blobs=_blobs(todo, ship)),
-                                 resources)
+                                 _pack_resources)
         worker_deaths_as_trial_failures()
         tuner = tune.Tuner(
             fn,
@@ -245,6 +270,13 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         summary.storage_error = callback.storage_error
         for tid, error in sorted(callback.errors.items()):
             summary.errors.setdefault(error, []).append(tid)
+
+
+def _pack_resources(config: dict):
+    """What the pack of this Tune trial asks of Ray: its CPUs, GPUs and host memory."""
+    from ray import tune
+
+    return tune.PlacementGroupFactory([dict(config["trial"]["resources"])])
 
 
 def _one_line(e: BaseException) -> str:

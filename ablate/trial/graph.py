@@ -174,5 +174,14 @@ class GraphKind(TrialKind):
     def run_pack(self, cfgs: list[TrialConfig]) -> list[TrialResult]:
         return run_pack_full(cfgs)
 
+    def host_memory(self, cfgs: list[TrialConfig], data: dict | None) -> int | None:
+        if data is None:
+            return None
+        from ablate.trial import footprint
+        from ablate.trial.batches import precollate_limit
+
+        limit = precollate_limit(torch.device("cpu"))
+        return footprint.pack_bytes([resolve(c) for c in cfgs], data, limit, limit // 4)
+
 
 KIND = GraphKind()

@@ -67,6 +67,12 @@ class TrialKind:
         """Several trials of one pack; one result per config, in order."""
         return [self.run(c) for c in cfgs]
 
+    def host_memory(self, cfgs: list, data: dict | None) -> int | None:
+        """Bytes of host memory a worker needs for the pack `cfgs` given its prepared dataset's
+        `ablate.data.cache.footprint` (None when it has none): Ray's ``memory`` resource of
+        the pack's trial. None: not known (nothing is declared)."""
+        return None
+
 
 def stable_hash(obj: Any) -> str:
     """A 12-hex-digit hash of a JSON-able object (keys sorted, so order does not matter)."""

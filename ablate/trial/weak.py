@@ -88,7 +88,7 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
     graph = Graph(batch.A, batch.mask)
     full, cls = output_scores(model(batch.x, graph).out, regression, None, target)  # (B,)
     diff = torch.zeros(B, N, dtype=batch.x.dtype, device=batch.x.device)
-    per_graph = max(1, chunk_entries // max(1, N ** 3))  # graphs whose N copies fit in a chunk
+    per_graph = max(1, chunk_entries // copies_entries(model, N, C))  # graphs per chunk
     for s in range(0, B, per_graph):
         sl = slice(s, min(B, s + per_graph))
         b = sl.stop - sl.start
@@ -97,6 +97,16 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
         y_loo, _ = output_scores(out, regression, cls[sl].repeat_interleave(N), target)
         diff[sl] = (y_loo.view(b, N) - full[sl].unsqueeze(1)).abs()
     return diff * batch.mask.to(diff.dtype)
+
+
+def copies_entries(model, N: int, C: int) -> int:
+    """Entries the N removal copies of one graph hold in a forward: their adjacency and stacked
+    operators (N^3 (K + 1)) and their widest activations (N^2 x width), as
+    `ablate.trial.pack_loo` counts them; a chunk holds `chunk_entries` of them."""
+    cfg = getattr(model, "cfg", None)
+    K = getattr(cfg, "K", 1) or 1
+    width = max([C, *getattr(cfg, "filters", ()), getattr(cfg, "hidden", 0) or 0])
+    return max(1, N ** 3 * (K + 1) + N * N * width)
 
 
 def removal_copies(batch: DenseBatch, sl: slice) -> tuple[Tensor, Tensor, Tensor]:

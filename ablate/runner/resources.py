@@ -1,0 +1,140 @@
+"""Memory as a resource of Ray trials: what each pack needs and what the nodes have.
+
+Each pack (one Ray trial) declares the host memory its trials need (`pack_memory`: the
+trial kind's `host_memory`, computed from the prepared dataset's sizes in its cache file)
+as Ray's ``memory`` resource beside its CPUs and GPUs, so Ray starts no more trials on a
+node than its memory holds. `check_memory` refuses, in one line, a study with a pack that
+fits no node; `memory_plan` is what a dry run prints: memory per trial and how many
+trials run at once here.
+
+What a node has is Ray's ``memory`` resource: the node's available memory less the object
+store (by default 30% of it), as `node_memory_estimate` predicts it before Ray starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.runner.packing import Pack
+    from ablate.runner.study import Study, Trial
+
+GB = 1 << 30
+ROUND = 256 << 20  # needs are rounded up to this, so packs of one recipe ask alike (actor reuse)
+
+
+def dataset_footprint(t: Trial) -> dict | None:
+    """The prepared dataset's footprint (`ablate.data.cache.footprint`) of trial `t`, or None
+    when it has no dataset or it is not prepared (yet) in this process's cache."""
+    if not t.data_hash:
+        return None
+    from ablate.data import dataset_cache_path
+    from ablate.data.cache import StaleCache, footprint
+
+    path = dataset_cache_path(t.dataset, dict(t.data_params))
+    try:
+        return footprint(path) if path.exists() else None
+    except StaleCache:
+        return None
+
+
+def trials_memory(trials: list[Trial]) -> int | None:
+    """Bytes of host memory the trials need when they run as one pack, rounded up to `ROUND`;
+    None if their kind does not say."""
+    from ablate.runner.kinds import trial_kind
+
+    t = trials[0]
+    need = trial_kind(t.kind).host_memory([x.config for x in trials], dataset_footprint(t))
+    return None if need is None else int(math.ceil(need / ROUND) * ROUND)
+
+
+def pack_memory(pack: Pack) -> int | None:
+    """Bytes of host memory one pack needs (`trials_memory` of its trials)."""
+    return trials_memory(list(pack.trials))
+
+
+def node_memory_estimate() -> int:
+    """Ray's ``memory`` resource of an embedded Ray started now on this machine: available
+    memory less the object store, as Ray computes them (an approximation where Ray's helpers
+    are missing: 70% of MemAvailable)."""
+    try:
+        from ray._private import utils
+
+        available = utils.estimate_available_memory()
+        return int(available - utils.resolve_object_store_memory(available))
+    except (ImportError, AttributeError, TypeError):
+        return int(0.7 * _meminfo("MemAvailable"))
+
+
+def _meminfo(key: str) -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if hasattr(os, "sysconf") \
+        else 0
+
+
+def cluster_node_memory() -> list[int]:
+    """Ray's ``memory`` resource of every live node of the Ray this process joined."""
+    import ray
+
+    return [int(n["Resources"].get("memory", 0)) for n in ray.nodes() if n.get("Alive")]
+
+
+def check_memory(needs: dict[str, int | None], nodes: list[int], embedded: bool) -> str:
+    """`needs`: pack or trial id -> bytes. A need no node has: `ConfigError` (exit 2) on an
+    embedded Ray; on a cluster, which may still add nodes, the warning to print (else "")."""
+    known = {k: v for k, v in needs.items() if v}
+    if not known or not nodes:
+        return ""
+    worst = max(known, key=known.get)
+    if known[worst] <= max(nodes):
+        return ""
+    text = (f"a trial needs {_gb(known[worst])} of memory (its prepared dataset and model) but "
+            f"{'this machine gives' if embedded else 'the largest node gives'} trials "
+            f"{_gb(max(nodes))}")
+    if embedded:
+        raise ConfigError(f"{text}; run it on a machine or cluster with more memory")
+    return f"warning: {text} now; such trials wait until a larger node joins"
+
+
+def memory_plan(study: Study, embedded: bool = True, cpus: int | None = None) -> str:
+    """The dry run's line: memory per trial and how many trials run at once on this machine.
+    `embedded` (no cluster to join): a trial this machine cannot hold is a `ConfigError`, as
+    in a run."""
+    from ablate.runner.packing import make_packs, pack_seeds
+
+    spec = study.spec
+    cpus = cpus or os.cpu_count() or 1
+    slots = max(1, int(cpus // spec.cpus_per_trial)) if spec.cpus_per_trial else 1
+    gpus = 0.0 if spec.gpus_per_trial == "auto" else float(spec.gpus_per_trial)
+    needs = [pack_memory(p) for p in make_packs(study.trials, pack_seeds(spec.pack_size, gpus))]
+    known = [n for n in needs if n]
+    if not known:
+        unknown = any(t.data_hash for t in study.trials)
+        why = ("not known until the datasets are prepared (a run prepares them first)"
+               if unknown else "not declared by its trial kind")
+        return f"memory per trial: {why}; up to {slots} trials at once here ({cpus} CPUs)"
+    have = node_memory_estimate()
+    if embedded:
+        check_memory(dict(enumerate(known)), [have], embedded=True)
+    fit = max(0, have // max(known))
+    at_once = min(slots, fit)
+    spread = _gb(max(known)) if min(known) == max(known) else \
+        f"{_gb(min(known))} to {_gb(max(known))}"
+    part = "" if len(known) == len(needs) else \
+        f" ({len(needs) - len(known)} packs not known until their data are prepared)"
+    return (f"memory per trial: {spread}{part}; {at_once} trials at once here ({cpus} CPUs / "
+            f"cpus_per_trial={spec.cpus_per_trial:g}, {_gb(have)} of memory for trials)")
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:.1f} GB"

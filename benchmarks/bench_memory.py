@@ -1,0 +1,394 @@
+"""Real data at full size: prepared size, preparation time and the memory of every process.
+
+Per data set, each step in a fresh process, with a fresh dataset cache:
+
+- prepare: `load_graphsets` as the driver runs it before Ray starts (raw files fetched from
+  an HTTP server on 127.0.0.1 for MNIST and the TU sets): seconds, the file's size, the
+  process's peak resident memory (VmHWM; the superpixel pool's processes apart);
+- evaluate: what a worker does with the prepared file for the study's global-pool row
+  (its model fresh, untrained): load the recipe (memory-mapped), evaluate the largest
+  test split (leave-one-out attention where the split has ground truth): seconds and
+  peak memory, against the memory the runner declares to Ray for that trial.
+
+Data sets: COLORS and TRIANGLES (the reference generators), MNIST-75SP from 70,000
+generated 28x28 digit images (`bench_mnist_prep.digit_images`), a TU zip shaped like D&D
+(1,178 graphs, mean ~265 nodes, one of 5,748, ~2.3 edges per node, 89 node labels) and one
+shaped like COLLAB (5,000 dense ego-networks, mean ~74 nodes, max 492, ~2,460 edges each,
+no node labels).
+
+End to end (`--e2e`): the runner (`run_study`, an embedded Ray, two trials at once on 2
+CPUs) trains the two ChebyGIN rows of `study=mnist` (global pool, supervised attention)
+for one epoch each on the 70,000 generated images and evaluates them; a sampler reads
+every process's resident and proportional memory (RSS, PSS) twice a second.
+
+    python benchmarks/bench_memory.py                        # every data set, then --e2e
+    python benchmarks/bench_memory.py --datasets dd,collab --no-e2e
+    python benchmarks/bench_memory.py --datasets none --e2e  # the end-to-end run only
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATASETS = ("colors", "triangles", "mnist_sp", "dd", "collab")
+ROWS = {  # the global-pool row each data set's study trains (its evaluation is timed)
+    "colors": {"backbone": "chebygin_ref", "pool_layers": ()},
+    "triangles": {"backbone": "chebygin_ref", "pool_layers": ()},
+    "mnist_sp": {"backbone": "chebygin_ref", "pool_layers": ()},
+    "dd": {"backbone": "gcn", "pool_layers": ()},
+    "collab": {"backbone": "chebynet", "pool_layers": ()},
+}
+PARAMS = {"mnist_sp": {"final": True}, "dd": {"final": True, "split_seed": 0},
+          "collab": {"final": True, "split_seed": 0}}
+
+
+# ----------------------------------------------------------------------------- raw files
+
+
+def write_raw(name: str, serve: Path) -> dict[str, str]:
+    """The raw files of `name` in `serve` (MNIST IDX, or NAME.zip); file name -> checksum."""
+    sys.path.insert(0, str(HERE))
+    if name == "mnist_sp":
+        import bench_mnist_prep as mp
+
+        from ablate.data.download import MNIST_FILES
+
+        arrays = (*mp.digit_images(60000, 0), *mp.digit_images(10000, 1))
+        blobs = {f"{n}.gz": mp.idx_gz(a) for n, a in zip(MNIST_FILES, arrays)}
+    else:
+        label = name.upper()
+        blobs = {f"{label}.zip": tu_zip(label, **TU_SHAPES[name])}
+    for fname, blob in blobs.items():
+        (serve / fname).write_bytes(blob)
+    return {k: "sha256:" + hashlib.sha256(v).hexdigest() for k, v in blobs.items()}
+
+
+TU_SHAPES = {
+    # log-normal graph sizes, one graph at the data set's largest size
+    "dd": dict(graphs=1178, log_mean=np.log(230), log_sd=0.55, lo=30, hi=2000, largest=5748,
+               per_node=2.3, labels=89),
+    "collab": dict(graphs=5000, log_mean=np.log(61.5), log_sd=0.6, lo=32, hi=491, largest=492,
+                   density=0.65, labels=0),
+}
+
+
+def tu_zip(label: str, graphs: int, log_mean: float, log_sd: float, lo: int, hi: int,
+           largest: int, labels: int, per_node: float | None = None,
+           density: float | None = None, seed: int = 0) -> bytes:
+    """A TU-format zip (LABEL/LABEL_*.txt) of random graphs: `per_node` undirected edges per
+    node, or a fraction `density` of all node pairs; `labels` node labels (0: none)."""
+    rng = np.random.default_rng(seed)
+    sizes = np.clip(rng.lognormal(log_mean, log_sd, graphs).astype(np.int64), lo, hi)
+    sizes[0] = largest
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    src, dst = [], []
+    for g, n in enumerate(sizes):
+        pairs = n * (n - 1) // 2
+        m = min(pairs, int(density * pairs) if density is not None else int(per_node * n))
+        k = rng.choice(pairs, size=m, replace=False)
+        i = np.floor((1 + np.sqrt(1 + 8 * k)) / 2).astype(np.int64)  # pair k = (i, j), i > j
+        j = k - i * (i - 1) // 2
+        src.append(np.concatenate([i, j]) + off[g] + 1)
+        dst.append(np.concatenate([j, i]) + off[g] + 1)
+    a = np.stack([np.concatenate(src), np.concatenate(dst)], 1)
+    files = {"A": _lines(a, "%d, %d"),
+             "graph_indicator": _lines(np.repeat(np.arange(1, graphs + 1), sizes)[:, None], "%d"),
+             "graph_labels": _lines((np.arange(graphs) % 2 + 1)[:, None], "%d")}
+    if labels:
+        files["node_labels"] = _lines(rng.integers(1, labels + 1, off[-1])[:, None], "%d")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for part, text in files.items():
+            z.writestr(f"{label}/{label}_{part}.txt", text)
+    return buf.getvalue()
+
+
+def _lines(a: np.ndarray, fmt: str) -> bytes:
+    out = io.BytesIO()
+    np.savetxt(out, a, fmt=fmt)
+    return out.getvalue()
+
+
+class Server:
+    """The raw files of a folder on http://127.0.0.1:PORT (a mirror, as `data.url` names one)."""
+
+    def __init__(self, folder: Path):
+        class Quiet(SimpleHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+        handler = partial(Quiet, directory=str(folder))
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+# ----------------------------------------------------------------------------- children
+
+
+def _vmhwm_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def child_prepare(name: str, params: dict) -> dict:
+    from ablate.data import dataset_cache_path, load_graphsets
+
+    t0 = time.perf_counter()
+    splits = load_graphsets(name, **params)
+    seconds = time.perf_counter() - t0
+    path = dataset_cache_path(name, params)
+    return {"prepare_s": seconds, "prepare_peak_mb": _vmhwm_mb(), "file_mb": path.stat().st_size / 1e6,
+            "graphs": {k: len(v) for k, v in splits.items()}}
+
+
+def child_evaluate(name: str, params: dict) -> dict:
+    import torch
+
+    from ablate.config import TrialConfig, resolve
+    from ablate.data import dataset_recipe_hash, load_graphsets
+    from ablate.runner.resources import trials_memory
+    from ablate.runner.study import Trial
+    from ablate.trial.batches import eval_batches
+    from ablate.trial.evaluate import evaluate, loo_plan
+    from ablate.trial.setup import model_sizes, prepare_process, seeded_model
+
+    torch.set_num_threads(1)
+    prepare_process()
+    cfg = resolve(TrialConfig(dataset=name, data_params=params, **ROWS[name]))
+    splits = load_graphsets(name, **params)
+    tests = [s for s in splits if s.startswith("test")]
+    split = max(tests, key=lambda s: (splits[s].total_nodes, s))  # the most nodes
+    in_ch, out_ch = model_sizes(cfg, splits)
+    model = seeded_model(cfg, 0, in_ch, out_ch, torch.device("cpu"))
+    loo, note = loo_plan(cfg, split, splits[split])
+    t0 = time.perf_counter()
+    rec = evaluate(model, eval_batches(splits[split], cfg.test_batch_size), cfg, loo=loo)
+    seconds = time.perf_counter() - t0
+    trial = Trial("bench", "graph", cfg, name, cfg.data_params, dataset_recipe_hash(name, params))
+    return {"split": split, "eval_graphs": len(splits[split]), "loo": loo, "note": note,
+            "eval_s": seconds, "eval_peak_mb": _vmhwm_mb(),
+            "declared_mb": (trials_memory([trial]) or 0) / 2**20,
+            "accuracy": rec["accuracy"]}
+
+
+def child_e2e(params: dict, results: str) -> dict:
+    from ablate.runner.compose import StudySpec
+    from ablate.runner.driver import run_study
+    from ablate.runner.resources import trials_memory
+    from ablate.runner.store import read_trials
+    from ablate.runner.study import Study, expand
+
+    spec = StudySpec(name="e2e", fixed={"dataset": "mnist_sp", "epochs": 1},
+                     data=dict(params), variants=[{"backbone": "chebygin_ref", "pool_layers": []},
+                                                  {"backbone": "chebygin_ref", "supervision": "sup"}],
+                     seeds=[0], cpus_per_trial=1, gpus_per_trial=0, max_failures=0)
+    study = Study(spec, expand(spec))
+    summary = run_study(study, results, progress="none")
+    rows = read_trials(results, "e2e")
+    out = {"line": summary.line(), "exit": summary.exit_code,
+           "declared_mb": [(trials_memory([t]) or 0) / 2**20 for t in study.trials],
+           "timings": summary.timings}
+    if len(rows):
+        out["trials"] = rows.groupby("trial_id").agg(
+            {"peak_rss_mb": "max", "train_s": "max", "eval_s": "sum", "pool_layers": "first",
+             "supervision": "first", "accuracy": "mean"}).reset_index().to_dict("records")
+    return out
+
+
+# ----------------------------------------------------------------------------- sampler
+
+
+class Sampler:
+    """RSS and PSS of a process and all its descendants, twice a second: peak per process
+    (named by its command line) and the peak of the sum of PSS."""
+
+    def __init__(self, root: int):
+        self.root, self.peaks, self.total_pss, self._stop = root, {}, 0.0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _tree(self) -> list[int]:
+        kids: dict[int, list[int]] = {}
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                kids.setdefault(ppid, []).append(int(d.name))
+        out, todo = [], [self.root]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo += kids.get(p, [])
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pss_sum = 0.0
+            for pid in self._tree():
+                try:
+                    name = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    roll = Path(f"/proc/{pid}/smaps_rollup").read_text()
+                except OSError:
+                    continue
+                val = {ln.split(":")[0]: int(ln.split()[1]) / 1024 for ln in roll.splitlines()[1:]
+                       if ln.split(":")[0] in ("Rss", "Pss")}
+                key = f"{pid} {_role(name, pid == self.root)}"
+                rss, pss = self.peaks.get(key, (0.0, 0.0))
+                self.peaks[key] = (max(rss, val.get("Rss", 0)), max(pss, val.get("Pss", 0)))
+                pss_sum += val.get("Pss", 0)
+            self.total_pss = max(self.total_pss, pss_sum)
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join()
+
+
+def _role(cmdline: str, root: bool) -> str:
+    if root:
+        return "driver"
+    for key, role in (("ImplicitFunc", "trial worker"), ("raylet", "raylet"),
+                      ("gcs_server", "gcs"), ("dashboard", "dashboard"),
+                      ("runtime_env", "runtime env agent"), ("log_monitor", "log monitor"),
+                      ("default_worker", "idle worker"), ("ray::", "ray process")):
+        if key in cmdline:
+            return role
+    return cmdline.split()[0].rsplit("/", 1)[-1][:30] if cmdline else "?"
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def run_child(mode: str, name: str, params: dict, env: dict, extra: list[str] = (),
+              sample: bool = False) -> tuple[dict, Sampler | None]:
+    cmd = [sys.executable, __file__, "--child", mode, name, json.dumps(params), *extra]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, cwd=ROOT, text=True)
+    sampler = Sampler(proc.pid) if sample else None
+    out, _ = proc.communicate()
+    if sampler:
+        sampler.stop()
+    if proc.returncode:
+        raise RuntimeError(f"{mode} {name} failed ({proc.returncode})")
+    return json.loads(out.strip().splitlines()[-1]), sampler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", default=",".join(DATASETS), help="comma list, or 'none'")
+    ap.add_argument("--e2e", dest="e2e", action="store_true", default=True)
+    ap.add_argument("--no-e2e", dest="e2e", action="store_false")
+    ap.add_argument("--work", help="keep raw files and caches here (default: a temp folder)")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        mode, name, params = args.child[0], args.child[1], json.loads(args.child[2])
+        fn = {"prepare": child_prepare, "evaluate": child_evaluate}.get(mode)
+        out = fn(name, params) if fn else child_e2e(params, args.child[3])
+        print(json.dumps(out, default=str))
+        return
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench_memory_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        _measure(args, work)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(args, work: Path) -> None:
+    names = [] if args.datasets == "none" else args.datasets.split(",")
+    serve = work / "serve"
+    serve.mkdir(exist_ok=True)
+    sums: dict[str, str] = {}
+    sums_file = work / "sums.json"
+    if sums_file.exists():
+        sums = json.loads(sums_file.read_text())
+    for name in {*names, *(["mnist_sp"] if args.e2e else [])} & {"mnist_sp", "dd", "collab"}:
+        label = "train-images-idx3-ubyte.gz" if name == "mnist_sp" else f"{name.upper()}.zip"
+        if label not in sums:
+            t0 = time.time()
+            sums.update(write_raw(name, serve))
+            print(f"# generated {name} raw files in {time.time() - t0:.0f} s", flush=True)
+    sums_file.write_text(json.dumps(sums))
+    server = Server(serve)
+    base = {**os.environ, "ABLATE_DATA_CHECKSUMS": str(sums_file), "ABLATE_MNIST_URL": server.url,
+            "ABLATE_TU_URL": server.url, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "token"}
+    rows = []
+    try:
+        for name in names:
+            env = {**base, "ABLATE_CACHE": str(work / f"cache-{name}")}
+            params = PARAMS.get(name, {})
+            prep, _ = run_child("prepare", name, params, env)
+            ev, _ = run_child("evaluate", name, params, env)
+            rows.append((name, prep, ev))
+            print(f"# {name}: {json.dumps({**prep, **ev})}", flush=True)
+        if names:
+            _table(rows)
+        if args.e2e:
+            env = {**base, "ABLATE_CACHE": str(work / "cache-mnist_sp")}
+            results = work / "e2e-results"
+            shutil.rmtree(results, ignore_errors=True)
+            t0 = time.time()
+            out, sampler = run_child("e2e", "mnist_sp", PARAMS["mnist_sp"], env,
+                                     [str(results)], sample=True)
+            _e2e_table(out, sampler, time.time() - t0)
+    finally:
+        server.close()
+
+
+def _table(rows) -> None:
+    print("\n| data set | graphs (train / largest test) | prepared | prepare | driver peak | "
+          "largest test split: evaluate (leave-one-out) | worker peak | declared to Ray |")
+    print("|---|---|---:|---:|---:|---|---:|---:|")
+    for name, prep, ev in rows:
+        g = prep["graphs"]
+        loo = "with" if ev["loo"] else "no"
+        print(f"| {name} | {g.get('train')} / {ev['eval_graphs']} | {prep['file_mb']:.1f} MB | "
+              f"{prep['prepare_s']:.1f} s | {prep['prepare_peak_mb']:.0f} MB | "
+              f"{ev['split']}: {ev['eval_s']:.1f} s ({loo} leave-one-out) | "
+              f"{ev['eval_peak_mb']:.0f} MB | {ev['declared_mb']:.0f} MB |")
+
+
+def _e2e_table(out: dict, sampler: Sampler, wall: float) -> None:
+    print(f"\nend to end ({wall:.0f} s wall, the process included): {out['line']}")
+    print(f"timings: { {k: round(v, 1) for k, v in out['timings'].items()} }")
+    for t in out.get("trials", []):
+        row = "global pool" if not t["pool_layers"] else t["supervision"]
+        print(f"  trial {row}: train {t['train_s']:.0f} s, evaluation {t['eval_s']:.0f} s, "
+              f"worker peak {t['peak_rss_mb']:.0f} MB (its own ru_maxrss)")
+    print(f"declared to Ray per trial: {', '.join(f'{m:.0f} MB' for m in out['declared_mb'])}")
+    print("\n| process | peak RSS | peak PSS |\n|---|---:|---:|")
+    for key, (rss, pss) in sorted(sampler.peaks.items(), key=lambda kv: -kv[1][0]):
+        if rss >= 50:
+            print(f"| {key} | {rss:.0f} MB | {pss:.0f} MB |")
+    print(f"| all processes together (peak of the summed PSS) | | {sampler.total_pss:.0f} MB |")
+
+
+if __name__ == "__main__":
+    main()
