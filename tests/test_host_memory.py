@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ablate.runner.store import FAILURES, read_trials
 from ablate.runner.tune_callback import MEMORY_KILLED
 
@@ -47,3 +49,43 @@ def test_a_worker_killed_for_memory_is_a_failed_trial_retried_and_resumed(tmp_pa
     assert again.returncode == 0, again.stdout + again.stderr
     assert "1 run, 1 skipped" in again.stdout.splitlines()[0]
     assert set(read_trials(results, "oom").status) == {"ok"}
+
+
+def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, monkeypatch):
+    """A node with 3 CPUs but memory for two of the trials: Ray assigns each trial the memory
+    its pack declared and never runs three at once."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from ablate.data import load_graphsets
+    from ablate.runner.compose import StudySpec
+    from ablate.runner.driver import run_study
+    from ablate.runner.kinds import TRIAL_KINDS
+    from ablate.runner.resources import trials_memory
+    from ablate.runner.study import Study, expand
+
+    monkeypatch.setitem(TRIAL_KINDS, "memheld", "_memory_kinds:HELD")
+    data = {"n_train": 30, "n_val": 20, "n_test": 20, "n_max_large": 30}
+    spec = StudySpec(name="mem", kind="memheld", fixed={"dataset": "colors", "epochs": 1,
+                                                         "backbone": "chebygin", "+hold": 2.0},
+                     data=data, seeds=[0, 1, 2, 3], seeds_per_trial=1, gpus_per_trial=0)
+    study = Study(spec, expand(spec))
+    load_graphsets("colors", **data)  # prepared: the footprint is known
+    need = trials_memory([study.trials[0]])
+    assert need and all(trials_memory([t]) == need for t in study.trials)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3,
+                                                            "memory": int(2.5 * need)})
+    try:
+        summary = run_study(study, ray_env / "results", ray_address=cluster.address,
+                            progress="none")
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+    assert summary.exit_code == 0 and summary.ok == 4
+    rows = read_trials(ray_env / "results", "mem")
+    assert set(rows.assigned_memory) == {float(need)}
+    spans = rows.groupby("trial_id")[["started_at", "finished_at"]].first().to_numpy()
+    moments = sorted(t for a, b in spans for t in ((a, 1), (b, -1)))
+    running = np.cumsum([d for _, d in moments])
+    assert running.max() == 2  # two fit: they ran together, never three

@@ -1,0 +1,135 @@
+"""Preparing real data before the trials (issue 25): a clean console, signals, a full disk,
+a trial too large for the machine.
+
+Through the command line (`ablate.run.main` in-process, or `python -m ablate.run` where a
+signal must reach a process of its own); TU data from a tiny TU-format folder written
+here (read from local files: prepared before Ray starts).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ablate.run import main
+from ablate.runner import driver, resources
+from ablate.runner.signals import RESUME
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def _write_tu(folder: Path, name: str = "PROTEINS") -> Path:
+    """12 rings of 3-30 nodes with node labels 1..3, graph labels alternating."""
+    sizes = [3, 5, 8, 10, 20, 25, 26, 30, 4, 6, 12, 7]
+    ind, edges, off = [], [], 0
+    for g, n in enumerate(sizes):
+        ind += [g + 1] * n
+        edges += [(off + i + 1, off + (i + 1) % n + 1) for i in range(n)]
+        off += n
+    d = folder / name
+    d.mkdir(parents=True)
+    (d / f"{name}_A.txt").write_text("".join(f"{a}, {b}\n{b}, {a}\n" for a, b in edges))
+    (d / f"{name}_graph_indicator.txt").write_text("".join(f"{i}\n" for i in ind))
+    (d / f"{name}_graph_labels.txt").write_text("".join(f"{1 + g % 2}\n" for g in range(12)))
+    (d / f"{name}_node_labels.txt").write_text("".join(f"{1 + k % 3}\n" for k in range(off)))
+    return folder
+
+
+def _tu_args(tmp_path: Path) -> list[str]:
+    data = _write_tu(tmp_path / "tu")
+    return ["study=tu", f"data.path={data}", "data.max_train_nodes=10", "data.n_train_val=4",
+            "dataset=proteins", "seed=0", f"results_dir={tmp_path / 'results'}",
+            "progress=none"]
+
+
+def test_a_trial_this_machine_cannot_hold_is_refused_before_ray(tmp_path, monkeypatch,
+                                                                 capsys):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    args = _tu_args(tmp_path)
+    assert main([*args, "dry_run=true"]) == 0  # not prepared yet: not known, no refusal
+    assert "memory per trial: not known until" in capsys.readouterr().out
+    monkeypatch.setattr(driver, "node_memory_estimate", lambda: 200 << 20)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: a trial needs ") and "\n" not in err, err
+    assert "this machine gives trials 0.2 GB" in err and "more memory" in err
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+    assert not (tmp_path / "results" / "tu" / "trials").exists()
+    monkeypatch.setattr(resources, "node_memory_estimate", lambda: 200 << 20)
+    assert main([*args, "dry_run=true"]) == 2  # prepared now: the dry run refuses it too
+    capsys.readouterr()
+    monkeypatch.setattr(resources, "node_memory_estimate", lambda: 24 << 30)
+    assert main([*args, "dry_run=true"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("memory per trial: ") and "trials at once here" in line, line
+
+
+def test_a_data_folder_that_fills_during_preparation_is_exit_3_and_leaves_nothing(
+        tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ABLATE_CACHE", str(cache))
+
+    def full(f, **arrays):  # the disk fills after the first bytes of the cache file
+        f.write(b"PK\x03\x04 partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    assert main(_tu_args(tmp_path)) == 3
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "results could not be written (No space left on device" in out[0]
+    assert "rerun the same command to resume" in out[0]
+    assert not list(cache.rglob("*.npz")) and not list(cache.rglob(".*.tmp"))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path):
+    """The superpixel pool (two forked workers) runs when SIGTERM arrives: exit 143, the
+    resume line, no traceback, and the pool's workers end with the driver."""
+    cmd = [sys.executable, "-m", "ablate.run", "study=mnist", "dataset=digits_sp",
+           f"results_dir={tmp_path / 'results'}", "progress=none"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(ABLATE_CACHE=str(tmp_path / "cache")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, pool = time.time() + 120, []
+    while time.time() < deadline and proc.poll() is None:
+        pool = [p for p in _children(proc.pid)
+                if b"python" in Path(f"/proc/{p}/cmdline").read_bytes()
+                and b"ray" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+        if len(pool) >= 2:
+            break
+        time.sleep(0.05)
+    assert len(pool) >= 2, "the superpixel pool never started"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, (out, err)
+    assert RESUME in out.strip().splitlines()[-1] and "Traceback" not in err, (out, err)
+    time.sleep(0.5)
+    assert not [p for p in pool if _alive(p)]
