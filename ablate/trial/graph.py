@@ -72,7 +72,7 @@ def _nan_result(seed: int, splits, error: str) -> TrialResult:
                         for s in splits if s != "train"], [])
 
 
-def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
+def run_pack_full(configs: list[TrialConfig], twin_lone: bool = False) -> list[TrialResult]:
     """Several trials (configs on one dataset recipe) trained together where they can be.
 
     Configs that share a `packed.pack_key` (they are `packed.eligible` and differ only in
@@ -80,6 +80,12 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
     (`ablate.trial.packed`); on a CPU a pack of a single seed trains sequentially instead. Every
     other config runs seed by seed. Returns one `TrialResult` per config, in order; its
     records carry `batched_seeds`, the number of seeds trained together with each.
+
+    `twin_lone`: a pack of a single seed trains as two copies of it, the copy's results
+    dropped, on any device. A vmapped model of one member takes the unbatched kernels, which
+    round differently from the batched ones; any pack of two or more gives a member the same
+    numbers bit for bit on a CPU, so a seed stored from a pack is reproduced alone this way
+    (`reproduce=`).
     """
     cfgs = [resolve(c) for c in configs]
     prepare_process()
@@ -99,12 +105,13 @@ def run_pack_full(configs: list[TrialConfig]) -> list[TrialResult]:
     size: dict[int, int] = {}
     for idx in groups.values():
         owners = [(i, s) for i in idx for s in cfgs[i].seeds]
-        if len(owners) < 2 and device.type != "cuda":
+        twin = twin_lone and len(owners) == 1
+        if len(owners) < 2 and device.type != "cuda" and not twin:
             continue  # one seed on a CPU: the sequential path is as fast
-        members = [packed.Member(cfgs[i], s) for i, s in owners]
+        members = [packed.Member(cfgs[i], s) for i, s in owners + owners[:1] * twin]
         for (i, seed), got in zip(owners, packed.run_members(members, splits, device)):
             outcomes[(i, seed)] = got
-            size[i] = len(members)
+            size[i] = len(owners)
     prov = provenance(data_hash, device)  # one dataset recipe, process and device for the pack
     results = []
     for i, cfg in enumerate(cfgs):

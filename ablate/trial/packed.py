@@ -161,14 +161,21 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
         # members per forward from the whole batch (how members group changes rounding)
         chunk = max(1, EVAL_ENTRIES // shrink // max(B * N * width * cfg.K, 1))
         step = max(1, eval_graphs(N * width, B, b.x.device) // shrink)
+        chunks = [idx[s0:s0 + chunk] for s0 in range(0, len(alive), chunk)]
+        # A lone member where a chunk could hold two runs as two copies of itself: vmap over
+        # one member takes the unbatched kernels, which round differently from the batched
+        # ones the same member gets beside others, and its numbers must not depend on its pack.
+        lone = [chunk >= 2 and len(sel) == 1 for sel in chunks]
         members = [({k: v[sel] for k, v in stack.params.items()},
                     {k: v[sel] for k, v in stack.hyper.items()})
-                   for sel in (idx[s0:s0 + chunk] for s0 in range(0, len(alive), chunk))]
+                   for sel in (c.repeat(2) if one else c for c, one in zip(chunks, lone))]
         rows = []  # per slice of graphs: the member chunks joined along members (dim 0)
         for g0 in range(0, B, step):
             g = slice(g0, g0 + step)
-            rows.append(_cat([vmap(fwd, in_dims=(0, 0, None, None, None, None))(
-                p, h, b.x[g], b.A[g], b.mask[g], b.gt[g]) for p, h in members], 0))
+            parts = [vmap(fwd, in_dims=(0, 0, None, None, None, None))(
+                p, h, b.x[g], b.A[g], b.mask[g], b.gt[g]) for p, h in members]
+            rows.append(_cat([_first_member(part) if one else part
+                              for part, one in zip(parts, lone)], 0))
         out, pools = _cat(rows, 1)  # slices joined along graphs (dim 1)
         yield b, out, list(pools)
 
@@ -180,6 +187,12 @@ def eval_graphs(per_graph: int, B: int, device: torch.device) -> int:
     if device.type == "cuda":
         return B
     return min(B, max(CPU_EVAL_GRAPHS, CPU_EVAL_ENTRIES // max(per_graph, 1)))
+
+
+def _first_member(part: tuple) -> tuple:
+    """(out, pools) of a forward's first member only."""
+    out, pools = part
+    return out[:1], tuple(tuple(t[:1] for t in layer) for layer in pools)
 
 
 def _cat(parts: list, dim: int) -> tuple[torch.Tensor, list]:
