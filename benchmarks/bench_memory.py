@@ -258,9 +258,10 @@ class Sampler:
                     continue
                 val = {ln.split(":")[0]: int(ln.split()[1]) / 1024 for ln in roll.splitlines()[1:]
                        if ln.split(":")[0] in ("Rss", "Pss")}
-                key = f"{pid} {_role(name, pid == self.root)}"
-                rss, pss = self.peaks.get(key, (0.0, 0.0))
-                self.peaks[key] = (max(rss, val.get("Rss", 0)), max(pss, val.get("Pss", 0)))
+                rss, pss, role = self.peaks.get(pid, (0.0, 0.0, ""))
+                now = _role(name, pid == self.root)  # a Ray worker renames itself once busy
+                role = now if _RANK.index(now) < _RANK.index(role) else role
+                self.peaks[pid] = (max(rss, val.get("Rss", 0)), max(pss, val.get("Pss", 0)), role)
                 pss_sum += val.get("Pss", 0)
             self.total_pss = max(self.total_pss, pss_sum)
             time.sleep(0.5)
@@ -270,16 +271,17 @@ class Sampler:
         self.thread.join()
 
 
+_ROLES = (("ImplicitFunc", "trial worker"), ("default_worker", "Ray worker"),
+          ("gcs_server", "Ray GCS"), ("/raylet", "raylet"), ("dashboard", "Ray dashboard"),
+          ("runtime_env", "Ray agent"), ("log_monitor", "Ray log monitor"),
+          ("ray::", "Ray worker"), ("ray/", "Ray process"))
+_RANK = ["driver", *dict.fromkeys(r for _, r in _ROLES), "other", ""]
+
+
 def _role(cmdline: str, root: bool) -> str:
     if root:
         return "driver"
-    for key, role in (("ImplicitFunc", "trial worker"), ("raylet", "raylet"),
-                      ("gcs_server", "gcs"), ("dashboard", "dashboard"),
-                      ("runtime_env", "runtime env agent"), ("log_monitor", "log monitor"),
-                      ("default_worker", "idle worker"), ("ray::", "ray process")):
-        if key in cmdline:
-            return role
-    return cmdline.split()[0].rsplit("/", 1)[-1][:30] if cmdline else "?"
+    return next((role for key, role in _ROLES if key in cmdline), "other")
 
 
 # ----------------------------------------------------------------------------- main
@@ -384,9 +386,9 @@ def _e2e_table(out: dict, sampler: Sampler, wall: float) -> None:
               f"worker peak {t['peak_rss_mb']:.0f} MB (its own ru_maxrss)")
     print(f"declared to Ray per trial: {', '.join(f'{m:.0f} MB' for m in out['declared_mb'])}")
     print("\n| process | peak RSS | peak PSS |\n|---|---:|---:|")
-    for key, (rss, pss) in sorted(sampler.peaks.items(), key=lambda kv: -kv[1][0]):
+    for pid, (rss, pss, role) in sorted(sampler.peaks.items(), key=lambda kv: -kv[1][0]):
         if rss >= 50:
-            print(f"| {key} | {rss:.0f} MB | {pss:.0f} MB |")
+            print(f"| {role} (pid {pid}) | {rss:.0f} MB | {pss:.0f} MB |")
     print(f"| all processes together (peak of the summed PSS) | | {sampler.total_pss:.0f} MB |")
 
 
