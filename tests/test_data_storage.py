@@ -24,8 +24,8 @@ from ablate.config import TrialConfig, resolve
 from ablate.data import dataset_cache_path, dataset_recipe_hash, load_graphsets
 from ablate.data.cache import FORMAT, read_meta
 from ablate.data.graphs import GraphSet
+from ablate.data.kernel import adjacency, adjacency_batch
 from ablate.data.onehot import OneHot
-from ablate.data.superpixels import adjacency, adjacency_batch
 from ablate.trial.batches import SIZE_BREAK, collate, eval_batches
 from ablate.trial.evaluate import evaluate, loo_plan
 from ablate.trial.graph import run_trial

@@ -363,13 +363,17 @@ def test_a_data_folder_that_is_not_writable(cache, capsys, server, tmp_path, mon
 
 def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_cache(
         server, tmp_path, monkeypatch):
-    """Head node without CPUs, trials on a second node whose dataset cache is another folder:
-    the driver downloads and prepares once; the worker gets the prepared file through the
-    object store, never the raw files, and never downloads."""
+    """Head node without CPUs, two trials at once on a second node whose dataset cache is
+    another folder: the driver downloads and prepares once; the node receives the prepared
+    file once (not once per trial), through the object store in pieces no larger than the
+    chunk size, byte for byte the driver's; it never gets the raw files, never downloads."""
+    import math
+
     import ray
     from ray.cluster_utils import Cluster
 
     import ablate.data.cache
+    from ablate.runner import ship
     from ablate.runner.compose import StudySpec
     from ablate.runner.driver import run_study
     from ablate.runner.store import read_trials
@@ -380,12 +384,14 @@ def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_ca
     # sees its folder, the second node's processes theirs (set on that node only).
     monkeypatch.delenv("ABLATE_CACHE", raising=False)
     monkeypatch.setattr(ablate.data.cache, "cache_dir", lambda: driver_cache)
+    monkeypatch.setattr(ship, "CHUNK_BYTES", 8 << 10)  # the tiny file travels in pieces
     spec = StudySpec(name="fetch", fixed={"dataset": "mnist_sp", "backbone": "gin", "pool_layers": [],
                                           "epochs": 1, "loo_auc": False},
-                     data={**TINY, "url": server.url}, seeds=[0], gpus_per_trial=0)
+                     data={**TINY, "url": server.url}, seeds=[0, 1], seeds_per_trial=1,
+                     gpus_per_trial=0)
     study = Study(spec, expand(spec))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    node = cluster.add_node(num_cpus=1, env_vars={"ABLATE_CACHE": str(node_cache)})
+    node = cluster.add_node(num_cpus=2, env_vars={"ABLATE_CACHE": str(node_cache)})
     cluster.wait_for_nodes()
     try:
         summary = run_study(study, tmp_path / "results", ray_address=cluster.address,
@@ -394,10 +400,15 @@ def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_ca
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
-    assert summary.exit_code == 0 and summary.ok == 1
+    assert summary.exit_code == 0 and summary.ok == 2
     assert len(server.gets) == 4  # the driver's download, once
-    assert (driver_cache / "data" / "MNIST" / "raw").is_dir()
-    assert ([p.name for p in node_cache.glob("*.npz")]
-            == [p.name for p in driver_cache.glob("*.npz")])
+    assert (driver_cache / "data" / "MNIST" / "raw").is_dir() and not (node_cache / "data").exists()
+    [sent] = driver_cache.glob("*.npz")
+    assert [p.name for p in node_cache.glob("*.npz")] == [sent.name]
+    assert (node_cache / sent.name).read_bytes() == sent.read_bytes()
+    [got] = ship.received(node_cache)  # once for the node's two trials
+    size = sent.stat().st_size
+    assert got["file"] == sent.name and got["bytes"] == size
+    assert got["chunks"] == math.ceil(size / (8 << 10)) > 1
     rows = read_trials(tmp_path / "results", "fetch")
     assert set(rows.node_id) == {node.node_id}

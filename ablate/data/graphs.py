@@ -7,7 +7,7 @@ graph, not what can be derived from it:
 
 - edge graphs (COLORS, TRIANGLES, TU): an edge list per graph, both directions;
 - point graphs (MNIST-75SP): node centroids `coord`; every graph is complete with the
-  weights `ablate.data.superpixels.adjacency(coord)`, built where a batch is made
+  weights `ablate.data.kernel.adjacency(coord)`, built where a batch is made
   (`ablate.trial.batches`), never stored;
 - one-hot features may be kept as the hot channel's index (`ablate.data.onehot.OneHot`).
 
@@ -73,7 +73,7 @@ class GraphSet:
         """Graph `i`'s (2, E) int64 local edge index (both directions) and (E,) weights or None;
         derived from the centroids for point graphs."""
         if self.points:
-            from ablate.data.superpixels import adjacency, complete_edges
+            from ablate.data.kernel import adjacency, complete_edges
 
             n0, n1 = self.node_ptr[i], self.node_ptr[i + 1]
             e = complete_edges(int(n1 - n0))

@@ -39,7 +39,7 @@ intensities, and the noisy splits reuse the test graphs' superpixels, centroids 
 ground truth (superpixels are extracted once per image; the cache stores them once).
 
 Graphs are point graphs (`GraphSet.coord`): the complete Gaussian-kernel adjacency
-(`superpixels.adjacency`) is derived from the centroids where batches are made, never
+(`ablate.data.kernel.adjacency`) is derived from the centroids where batches are made, never
 stored (8.8 GB of edges for the 75,000 graphs of a full recipe, against about 0.2 GB
 for what defines them).
 """

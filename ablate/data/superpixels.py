@@ -5,17 +5,19 @@ Follows SPEC "MNIST-75SP" and the authors' `extract_superpixels.py` /
 (compactness 0.25, `n_segments` starting at 95 and lowered by one until at most
 75 segments come back); every superpixel is a node with its mean intensity and
 its centre of mass (row, col) / 28; the graph is complete with weights
-A_ij = exp(-||c_i - c_j|| / (0.1 pi)^2) (zero diagonal); the ground-truth
+A_ij = exp(-||c_i - c_j|| / (0.1 pi)^2) (zero diagonal; `ablate.data.kernel`, derived
+from the centroids where batches are made, never stored); the ground-truth
 attention is proportional to the mean intensity of superpixels with intensity
 >= 0.5, zero elsewhere, normalised to sum 1 (`gt="intensity"`, SPEC 1). The
 reference's MNIST-75SP script runs its ChebyGIN (K > 1) ground-truth oracle with
 another ground truth, uniform over every superpixel with mean intensity > 0
 (`gt="any"`, the authors' `gt_attn_threshold = 0`); see docs/recipes.md.
 
-`images_to_superpixels` converts many images on 2 worker processes;
-`superpixel_graphs` turns the (intensity, centre) pairs into edges, edge
-weights and ground truth. Feature assembly and standardisation live in
-`ablate.data.mnist`.
+`images_to_superpixels` converts many images on 2 worker processes (which leave
+Ctrl-C and SIGTERM to the driver, end quietly with the pool and die with the driver);
+`superpixel_graphs` turns the (intensity, centre) pairs into explicit edges, edge
+weights and ground truth (the form the cache stored before it kept centroids only).
+Feature assembly and standardisation live in `ablate.data.mnist`.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from ablate.data.graphs import normalize_gt
+from ablate.data.kernel import adjacency, complete_edges
 
 N_SEGMENTS_START = 95  # first n_segments asked of SLIC
 MAX_SUPERPIXELS = 75  # lower n_segments until at most this many segments come back
 COMPACTNESS = 0.25
-SIGMA = 0.1  # adjacency bandwidth: A_ij = exp(-d_ij / (SIGMA * pi)^2)
 GT_THRESHOLD = 0.5  # superpixels at least this bright carry ground-truth attention
 GT_VARIANTS = ("intensity", "any")  # SPEC default; the reference's oracle for K > 1 (I > 0)
 
@@ -82,40 +84,6 @@ def image_superpixels(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return intensity.astype(np.float32), np.stack([r, c], axis=1).astype(np.float32)
 
 
-def adjacency(coord: np.ndarray) -> np.ndarray:
-    """Dense A_ij = exp(-||c_i - c_j|| / (0.1 pi)^2) with zero diagonal (SPEC 1).
-
-    The distance is the PLAIN Euclidean distance, not its square, exactly as in
-    the reference code (`compute_adjacency_matrix_images`), even though the form
-    looks like a Gaussian kernel.
-    """
-    from scipy.spatial.distance import cdist
-
-    dist = cdist(coord, coord)
-    a = np.exp(-dist / (SIGMA * np.pi) ** 2)
-    np.fill_diagonal(a, 0.0)
-    return a
-
-
-def adjacency_batch(coord, mask):
-    """`adjacency` of a padded batch of point graphs, on the batch's device (torch).
-
-    coord (..., N, 2) float32 centroids, mask (..., N) bool -> A (..., N, N) float32, zero on
-    the diagonal and padding. Computed in float64 and rounded once, as `adjacency` then its
-    float32 storage did, so both give the same bits (`tests/test_data_storage.py`). No op
-    here reads the host: it runs inside a captured CUDA graph.
-    """
-    import torch
-
-    c = coord.to(torch.float64)
-    dist = (c.unsqueeze(-2) - c.unsqueeze(-3)).pow(2).sum(-1).sqrt()  # (..., N, N)
-    a = torch.exp(-dist / (SIGMA * np.pi) ** 2).to(torch.float32)
-    n = mask.shape[-1]
-    keep = mask.unsqueeze(-1) & mask.unsqueeze(-2) & ~torch.eye(n, dtype=torch.bool,
-                                                                   device=mask.device)
-    return a * keep.to(a.dtype)
-
-
 def gt_attention(intensity: np.ndarray, gt: str = "intensity") -> np.ndarray:
     """Ground-truth attention of one image's superpixels, normalised to sum 1 (SPEC 1).
 
@@ -129,12 +97,6 @@ def gt_attention(intensity: np.ndarray, gt: str = "intensity") -> np.ndarray:
     if gt != "intensity":
         raise ValueError(f"unknown ground truth {gt!r}; valid choices: {', '.join(GT_VARIANTS)}")
     return normalize_gt(np.where(intensity >= GT_THRESHOLD, intensity, 0.0))
-
-
-def complete_edges(n: int) -> np.ndarray:
-    """(2, n(n-1)) edge index of the complete graph on n nodes: every i != j, no self loops."""
-    i, j = np.nonzero(~np.eye(n, dtype=bool))
-    return np.stack([i, j]).astype(np.int64)
 
 
 def superpixel_graphs(

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from ablate.data.graphs import GraphSet
+from ablate.data.kernel import adjacency_batch
 from ablate.data.onehot import OneHot
-from ablate.data.superpixels import adjacency_batch
 
 PRECOLLATE_LIMIT = 64_000_000  # adjacency entries (256 MB float32) above which batches are lazy
 
