@@ -5,7 +5,8 @@ kills a worker once the node's memory use passes a threshold set 1.5 GB above wh
 now (`RAY_memory_usage_threshold`), and runs a study of two trials, one at a time (each
 takes every CPU): one reports at once; ``+hog`` (unless CALM_FILE exists) allocates and
 touches memory until its worker is killed.
-Prints the run's summary line and exits with its exit code (`ablate.run` would).
+Then it creates CALM_FILE and runs the same study again (a rerun resumes the failed trial).
+Prints each run's summary line, its failure lines and its exit code (``exit N``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def hog_trial(cfg):
 
 
 def main(results: str, calm: str) -> int:
+    """The study, then (CALM_FILE created) the same study again on the same Ray: each run's
+    summary line, failure lines and ``exit N``."""
     info = _meminfo()
     used = info["MemTotal"] - info["MemAvailable"]
     os.environ["RAY_memory_usage_threshold"] = f"{(used + HEADROOM) / info['MemTotal']:.4f}"
@@ -54,6 +57,7 @@ def main(results: str, calm: str) -> int:
     from ablate.runner.compose import StudySpec
     from ablate.runner.driver import run_study
     from ablate.runner.kinds import TRIAL_KINDS
+    from ablate.runner.ray_env import start_ray
     from ablate.runner.study import Study, expand
 
     TRIAL_KINDS["hog"] = "_oom_study:HOG"
@@ -61,11 +65,16 @@ def main(results: str, calm: str) -> int:
                      grid={"+hog": [False, True]}, seeds=[0],
                      cpus_per_trial=os.cpu_count() or 1,  # one trial at a time: the hog is killed
                      gpus_per_trial=0, max_failures=1)
-    summary = run_study(Study(spec, expand(spec)), results, progress="none")
-    print(summary.line())
-    for line in summary.failure_lines():
-        print(line)
-    return summary.exit_code
+    start_ray(None)  # one embedded Ray (its memory monitor as set above) for both runs
+    for rerun in (False, True):
+        if rerun:
+            Path(calm).touch()  # the hog behaves now: the rerun resumes the failed trial
+        summary = run_study(Study(spec, expand(spec)), results, progress="none")
+        print(summary.line())
+        for line in summary.failure_lines():
+            print(line)
+        print(f"exit {summary.exit_code}")
+    return 0
 
 
 def _kind():
