@@ -56,7 +56,7 @@ def compare(study: str, args: list[str]) -> dict:
 
 
 def readme_rows(results: Path, studies: list[str]) -> None:
-    from ablate.runner.estimate import _duration
+    from ablate.runner.estimate import duration
 
     print("| study | trials / seeds | estimate here (records) | from records |")
     print("|---|---:|---:|---:|")
@@ -70,7 +70,7 @@ def readme_rows(results: Path, studies: list[str]) -> None:
 
         built, _ = build_study(study)
         seeds = sum(len(t.config.seeds) for t in built.trials)
-        wall = "no records" if cost.wall_s is None else _duration(cost.wall_s)
+        wall = "no records" if cost.wall_s is None else duration(cost.wall_s)
         print(f"| `{study}` | {len(built.trials)} / {seeds} | {wall} | "
               f"{cost.share('records'):.0%} |")
 

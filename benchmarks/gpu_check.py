@@ -49,7 +49,7 @@ BLOCKED = ("ray", "optuna", "hydra", "omegaconf")  # absent on the GPU machine
 CUDA_TEST_FILES = ("tests/test_cuda.py", "tests/test_capture.py", "tests/test_batched.py",
                    "tests/test_dropout.py")
 CAPS = {"tests": 120, "steps": 80, "colors_recipe": 45, "triangles_recipe": 240, "init": 90}
-TINY_CAPS = {"tests": 120, "steps": 60, "colors_recipe": 30, "triangles_recipe": 5, "init": 30}
+TINY_CAPS = {"tests": 180, "steps": 120, "colors_recipe": 60, "triangles_recipe": 60, "init": 60}
 TINY_COLORS = (("n_max_large", 40), ("n_test", 40), ("n_train", 64), ("n_val", 40))
 TINY_TRI = (("n_max_large", 30), ("n_test", 20), ("n_train", 60), ("n_val", 20))
 

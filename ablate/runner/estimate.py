@@ -65,7 +65,7 @@ class StudyCost:
 
     def line(self) -> str:
         parts = ", ".join(f"{self.share(s):.0%} {s}" for s in SOURCES)
-        wall = _duration(self.wall_s) if self.wall_s is not None else "unknown"
+        wall = duration(self.wall_s) if self.wall_s is not None else "unknown"
         if self.wall_s is not None and self.share("none"):
             wall += " for the trials with an estimate"
         mem = [c.memory_mb for c in self.trials.values() if c.memory_mb is not None]
@@ -75,7 +75,7 @@ class StudyCost:
                 f"{peak}; from {parts}")
 
 
-def _duration(s: float) -> str:
+def duration(s: float) -> str:
     if s >= 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
@@ -338,6 +338,6 @@ def estimate(study, results_root: str | os.PathLike, mode: str = "records",
         if known_costs:
             costs.append(sum(known_costs))
     wall = makespan(costs, slots) if costs else None
-    notes = [f"calibration took {_duration(spent)} here; trials at once ran {factor:.2f}x "
+    notes = [f"calibration took {duration(spent)} here; trials at once ran {factor:.2f}x "
              f"slower each than alone"] if mode == "calibrate" and calibrated else []
     return StudyCost(out, wall, slots, kind, len(packs), factor, notes)
