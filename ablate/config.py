@@ -320,14 +320,18 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
     result) wherever and however it ran; so does the mirror its raw files came from
     (``data.url``; ``data.path`` stays hashed, as it always was). An axis of `ADDED_AXES`
     at its earlier behaviour is left out, so adding an axis does not rename the trials
-    stored before it. A trial with dropout also hashes `DROPOUT_RNG`, the way its masks
-    are drawn.
+    stored before it; so is a MNIST-75SP data parameter at its value before issue 26
+    (`ablate.data.EARLIER_MNIST`: that recipe's hash is the one before, so its trials keep
+    their ids). A trial with dropout also hashes `DROPOUT_RNG`, the way its masks are drawn.
     """
+    from ablate.data import EARLIER_MNIST  # data recipe parameters the data hash identifies
+
     a = axes(cfg)
     for k in EXECUTION_FIELDS:
         a.pop(k)
-    if "url" in dict(cfg.data_params):  # a mirror of checksummed files: not identity (new key)
-        a["data_params"] = json.dumps({k: v for k, v in cfg.data_params if k != "url"},
+    dropped = {k for k, v in cfg.data_params if k == "url" or EARLIER_MNIST.get(k) == v}
+    if dropped:  # a mirror of checksummed files (new key), data of before: not identity
+        a["data_params"] = json.dumps({k: v for k, v in cfg.data_params if k not in dropped},
                                       sort_keys=True, default=str)
     for k, before in ADDED_AXES.items():
         if a[k] == before:

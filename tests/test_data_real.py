@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from skimage.segmentation import slic
 from sklearn.datasets import load_digits
 
 from ablate.data import mnist, superpixels, tu
@@ -194,19 +193,6 @@ def test_superpixel_features_adjacency_gt():
     bright = intensity >= 0.5
     np.testing.assert_allclose(gt[bright], intensity[bright] / intensity[bright].sum(), rtol=1e-5)
     assert superpixels.gt_attention(np.array([0.1, 0.49], np.float32)).sum() == 0
-
-
-def test_slic_grid_skip_matches_reference_loop():
-    rng = np.random.default_rng(3)
-    imgs = [_digit_like(), rng.random((28, 28)) * (rng.random((28, 28)) > 0.5)]
-    for img in imgs:
-        n = 95
-        while True:  # the reference loop, one n_segments at a time
-            ref = slic(img.astype(np.float64), n_segments=n, compactness=0.25, channel_axis=None)
-            if len(np.unique(ref)) <= 75:
-                break
-            n -= 1
-        np.testing.assert_array_equal(superpixels.slic_segments(img), ref)
 
 
 def test_pool_matches_serial():

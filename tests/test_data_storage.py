@@ -47,23 +47,38 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 # recipe hashes computed by the code before issue 25 (commit 8c81261): storage changed, the
-# data did not, so recipes (and the trial ids hashed from them) are the same
+# data did not, so recipes (and the trial ids hashed from them) are the same. Issue 26 made
+# MNIST-75SP and digits as the authors made them (new data, new hashes: `RECIPES_ISSUE26`);
+# their data of before are the recipe with slic=v0.19 and noise=nodes, which keeps its hash.
+EARLIER = (("noise", "nodes"), ("slic", "v0.19"))
 RECIPES_BEFORE = {
     ("colors", ()): "c3649632a45abe75",
     ("triangles", ()): "215c687d92f6b785",
-    ("digits_sp", ()): "dfe5bb3195fe3287",
-    ("digits_sp", (("final", True), ("gt", "any"))): "d5154f477e1dbfab",
-    ("mnist_sp", (("final", True),)): "c27c5d10ef1a3e97",
-    ("mnist_sp", (("final", True), ("gt", "any"))): "f2a356049b654bdc",
+    ("digits_sp", EARLIER): "dfe5bb3195fe3287",
+    ("digits_sp", (("final", True), ("gt", "any"), *EARLIER)): "d5154f477e1dbfab",
+    ("mnist_sp", (("final", True), *EARLIER)): "c27c5d10ef1a3e97",
+    ("mnist_sp", (("final", True), ("gt", "any"), *EARLIER)): "f2a356049b654bdc",
     ("proteins", (("final", True), ("split_seed", 0))): "48c8290d2a46f6f0",
     ("dd", (("final", True), ("split_seed", 3))): "366100ae428f8666",
     ("collab", (("final", True), ("split_seed", 9))): "65fa0e1905106eff",
+}
+# the recipes of issue 26 (SLIC as scikit-image 0.15, the authors' noise scale): docs/recipes.md
+RECIPES_ISSUE26 = {
+    ("digits_sp", ()): "97c7f817a080d2ef",
+    ("digits_sp", (("final", True), ("gt", "any"))): "f0954bc0faee3ac7",
+    ("mnist_sp", (("final", True),)): "7e252f7a7f6465fb",
+    ("mnist_sp", (("final", True), ("gt", "any"))): "59f71c4d88770b58",
 }
 
 
 @pytest.mark.parametrize("name,params", list(RECIPES_BEFORE))
 def test_recipe_hashes_are_those_before_the_storage_change(name, params):
     assert dataset_recipe_hash(name, dict(params)) == RECIPES_BEFORE[(name, params)]
+
+
+@pytest.mark.parametrize("name,params", list(RECIPES_ISSUE26))
+def test_mnist_recipe_hashes_of_issue_26(name, params):
+    assert dataset_recipe_hash(name, dict(params)) == RECIPES_ISSUE26[(name, params)]
 
 
 def _close(a, b) -> bool:
@@ -79,16 +94,19 @@ def _close(a, b) -> bool:
 @pytest.mark.parametrize("row", sorted(BEFORE["rows"]))
 def test_digits_records_equal_those_before_the_storage_change(cache, row):
     """Seed by seed with dense leave-one-out (global_seq), a pack (sup), weak supervision's
-    two stages (gin_weak): the records of the code before issue 25 (stored in the fixture)."""
+    two stages (gin_weak): the records of the code before issue 25 (stored in the fixture),
+    on the data of before (issue 26's slic=v0.19, noise=nodes)."""
     kw = dict(BEFORE["rows"][row])
-    cfg = TrialConfig(dataset="digits_sp", data_params=BEFORE["data"], epochs=BEFORE["epochs"],
+    cfg = TrialConfig(dataset="digits_sp", data_params={**BEFORE["data"], **dict(EARLIER)},
+                      epochs=BEFORE["epochs"],
                       **{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
     got = json.loads(json.dumps(run_trial(cfg), default=str))  # the fixture's JSON types
     want = BEFORE["records"][row]
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        bad = [k for k in w if not _close(w[k], g.get(k))]
+        bad = [k for k in w if k != "data_params" and not _close(w[k], g.get(k))]
         assert not bad, {k: (w[k], g.get(k)) for k in bad}
+        assert json.loads(g["data_params"]) == {**json.loads(w["data_params"]), **dict(EARLIER)}
 
 
 # ------------------------------------------------------------------------- the file

@@ -256,8 +256,12 @@ def test_only_dropout_trial_ids_change():
     assert _id(dataset="triangles") == "aa008146ba3c"
     assert _id(dataset="digits_sp", backbone="gin", dropout=0.0) == _id(
         dataset="digits_sp", backbone="gin", dropout=0.0)
-    # with dropout (MNIST-75SP recipe 0.5): the masks are drawn differently, a new id
-    assert _id(dataset="digits_sp", backbone="gin") == "1c8ba857b6e4"  # was 2fd2219b3fea
+    # with dropout (MNIST-75SP recipe 0.5): the masks are drawn differently, a new id; on the
+    # digits as they were before issue 26 (slic=v0.19, noise=nodes), it is kept
+    before26 = {"slic": "v0.19", "noise": "nodes"}
+    old = "1c8ba857b6e4"  # was 2fd2219b3fea
+    assert _id(dataset="digits_sp", backbone="gin", data_params=before26) == old
+    assert _id(dataset="digits_sp", backbone="gin") != old  # issue 26: new data
 
 
 # ------------------------------------------------------------------------------- CUDA

@@ -24,6 +24,9 @@ Recipe switches that follow the reference script `scripts/mnist_75sp.sh`
 - `gt`: the ground-truth attention (`superpixels.gt_attention`): "intensity"
   (SPEC default, intensity >= 0.5) or "any" (uniform over superpixels with
   intensity > 0: the reference's ground-truth oracle for ChebyGIN, K > 1).
+- `slic`: the SLIC rule (`ablate.data.slic.SLIC_RULES`): "v0.15", scikit-image 0.15 as the
+  authors' data were made (default), or "v0.19", today's scikit-image (before issue 26).
+- `noise`: the scale of the test noise (`NOISE_SCALES`), see below.
 
 Node features, every split: 5 channels [I, I, I, row, col]. The intensity is
 replicated three times in ALL splits (not only in TEST-NOISY-C, which needs
@@ -34,9 +37,14 @@ the mean/std of the TRAIN nodes.
 Noise (SPEC: TEST-NOISY x0.4, same noise on the intensity channels;
 TEST-NOISY-C x0.6, independent per channel) is drawn with `noise_seed` and
 added to the STANDARDISED intensity channels of the test graphs; coordinates
-are untouched. Ground-truth attention always comes from the clean raw
-intensities, and the noisy splits reuse the test graphs' superpixels, centroids and
-ground truth (superpixels are extracted once per image; the cache stores them once).
+are untouched. Its raw size is that of the authors' code (`noise="padded"`, default):
+0.4 and 0.6 times the intensity std over the training graphs zero-padded to 75 nodes
+(they standardise over zero-padded batches; we standardise over real nodes, whose std
+is about 3% larger, so the noise in our units is 0.4 and 0.6 times the ratio of the two,
+`noise_factor`). `noise="nodes"`: 0.4 and 0.6 of our own std (before issue 26).
+Ground-truth attention always comes from the clean raw intensities, and the noisy
+splits reuse the test graphs' superpixels, centroids and ground truth (superpixels are
+extracted once per image; the cache stores them once).
 
 Graphs are point graphs (`GraphSet.coord`): the complete Gaussian-kernel adjacency
 (`ablate.data.kernel.adjacency`) is derived from the centroids where batches are made, never
@@ -51,12 +59,20 @@ from pathlib import Path
 
 import numpy as np
 
+from ablate.data import slic as slic_rules
 from ablate.data.graphs import GraphSet
-from ablate.data.superpixels import GT_VARIANTS, gt_attention, images_to_superpixels
-from ablate.errors import ConfigError
+from ablate.data.superpixels import (
+    GT_VARIANTS,
+    MAX_SUPERPIXELS,
+    SLIC_DEFAULT,
+    gt_attention,
+    images_to_superpixels,
+)
+from ablate.errors import ConfigError, choice_error
 
 NOISE_STD = 0.4  # TEST-NOISY: one Gaussian draw per node, shared by the 3 intensity channels
 NOISE_C_STD = 0.6  # TEST-NOISY-C: independent Gaussian per node and intensity channel
+NOISE_SCALES = ("padded", "nodes")  # std over graphs zero-padded to 75 nodes (the authors'); real nodes
 N_INTENSITY = 3  # replicated intensity channels, then (row, col)
 IMAGE_SIZE = 28
 
@@ -78,11 +94,14 @@ def generate_mnist(
     split_seed: int = 111,
     gt: str = "intensity",
     final: bool = False,
+    slic: str = SLIC_DEFAULT,
+    noise: str = "padded",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """MNIST-75SP splits from local MNIST IDX files (SPEC 1); val is held out of the 60k train
-    unless `final` (then train = n_train + n_val images, as the reference's final models)."""
-    _check_gt(gt)
+    unless `final` (then train = n_train + n_val images, as the reference's final models);
+    `slic` and `noise` as the module docstring says."""
+    check_choices(gt, slic, noise)
     train_x, train_y, test_x, test_y = load_mnist_arrays(path)
     if n_train + n_val > len(train_x):
         raise ConfigError(f"n_train + n_val = {n_train + n_val} exceeds the {len(train_x)} "
@@ -96,7 +115,8 @@ def generate_mnist(
     images = {"train": train_x[tr], "val": train_x[va], "test": test_x[te]}
     labels = {"train": train_y[tr], "val": train_y[va], "test": test_y[te]}
     images = {k: v.astype(np.float32) / 255.0 for k, v in images.items()}
-    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, progress=progress)
+    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, slic=slic, noise=noise,
+                        progress=progress)
 
 
 def generate_digits(
@@ -107,13 +127,15 @@ def generate_digits(
     split_seed: int = 111,
     gt: str = "intensity",
     final: bool = False,
+    slic: str = SLIC_DEFAULT,
+    noise: str = "padded",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """DIGITS-75SP: the MNIST-75SP pipeline on scikit-learn's 1797 8x8 digits upscaled to 28x28
-    (`gt` and `final` as in `generate_mnist`)."""
+    (`gt`, `final`, `slic` and `noise` as in `generate_mnist`)."""
     from sklearn.datasets import load_digits
 
-    _check_gt(gt)
+    check_choices(gt, slic, noise)
     digits = load_digits()
     total = n_train + n_val + n_test
     if total > len(digits.images):
@@ -124,7 +146,8 @@ def generate_digits(
     idx = {"train": tr, "val": va, "test": perm[n_train + n_val:total]}
     images = {k: upscale_digits(digits.images[v] / 16.0) for k, v in idx.items()}
     labels = {k: digits.target[v] for k, v in idx.items()}
-    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, progress=progress)
+    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, slic=slic, noise=noise,
+                        progress=progress)
 
 
 def _train_val(perm: np.ndarray, n_train: int, n_val: int,
@@ -134,9 +157,13 @@ def _train_val(perm: np.ndarray, n_train: int, n_val: int,
     return (perm[:n_train + n_val] if final else tr), va
 
 
-def _check_gt(gt: str) -> None:
+def check_choices(gt: str = "intensity", slic: str = SLIC_DEFAULT, noise: str = "padded") -> None:
+    """`ConfigError` (one line naming the valid values) for an unknown gt, slic or noise."""
     if gt not in GT_VARIANTS:
         raise ConfigError(f"gt must be one of {', '.join(GT_VARIANTS)}, got {gt!r}")
+    slic_rules.check_rule(slic)
+    if noise not in NOISE_SCALES:
+        raise choice_error("noise", noise, NOISE_SCALES)
 
 
 def upscale_digits(images: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
@@ -155,27 +182,33 @@ def build_splits(
     labels: dict[str, np.ndarray],
     noise_seed: int = 111,
     gt: str = "intensity",
+    slic: str = SLIC_DEFAULT,
+    noise: str = "padded",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """Superpixel graphs of images["train"/"val"/"test"] (n, 28, 28) in [0, 1], plus noisy tests;
-    ground truth `gt` ("intensity" or "any", `superpixels.gt_attention`). Point graphs: each
-    graph stores its nodes' features, centroids and ground truth; its complete weighted
-    adjacency is derived from the centroids where batches are made (`GraphSet.points`)."""
+    ground truth `gt` ("intensity" or "any", `superpixels.gt_attention`), SLIC rule `slic`, noise
+    scale `noise` (module docstring). Point graphs: each graph stores its nodes' features,
+    centroids and ground truth; its complete weighted adjacency is derived from the centroids
+    where batches are made (`GraphSet.points`)."""
+    check_choices(gt, slic, noise)
     raw: dict[str, GraphSet] = {}
     for split in ("train", "val", "test"):
-        sps = images_to_superpixels(images[split], progress=progress, desc=f"superpixels {split}")
+        sps = images_to_superpixels(images[split], progress=progress, desc=f"superpixels {split}",
+                                    rule=slic)
         raw[split] = _point_graphs(sps, np.asarray(labels[split], np.int64), gt)
         del sps
     mean, std = feature_stats(raw["train"].x)
+    factor = noise_factor(raw["train"], std[0]) if noise == "padded" else 1.0
     for gs in raw.values():
         gs.x = ((gs.x - mean) / std).astype(np.float32)
     test = raw["test"]
     noisy, noisyc = _copy(test), _copy(test)
     n = len(test.x)
     noisy.x[:, :N_INTENSITY] += np.random.default_rng([noise_seed, 0]).normal(
-        0.0, NOISE_STD, size=(n, 1)).astype(np.float32)
+        0.0, NOISE_STD * factor, size=(n, 1)).astype(np.float32)
     noisyc.x[:, :N_INTENSITY] += np.random.default_rng([noise_seed, 1]).normal(
-        0.0, NOISE_C_STD, size=(n, N_INTENSITY)).astype(np.float32)
+        0.0, NOISE_C_STD * factor, size=(n, N_INTENSITY)).astype(np.float32)
     return {"train": raw["train"], "val": raw["val"], "test_orig": test,
             "test_noisy": noisy, "test_noisyc": noisyc}
 
@@ -194,6 +227,23 @@ def _point_graphs(sps: list[tuple[np.ndarray, np.ndarray]], y: np.ndarray,
         node_ptr=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
         edge_index=np.zeros((2, 0), np.int64), edge_ptr=zero, y=y,
         coord=np.concatenate([c for _, c in sps]).astype(np.float32))
+
+
+def padded_std(gs: GraphSet, nodes: int = MAX_SUPERPIXELS) -> float:
+    """Std of the (raw) intensity over the graphs of `gs` zero-padded to `nodes` nodes each: the
+    std the authors standardise with (theirs over zero-padded training batches)."""
+    i = np.asarray(gs.x[:, 0], np.float64)
+    slots = nodes * len(gs)
+    if slots == 0:
+        return 1.0
+    mean = i.sum() / slots
+    var = (i ** 2).sum() / slots - mean ** 2
+    return float(np.sqrt(var)) if var > 0 else 1.0
+
+
+def noise_factor(train: GraphSet, std: float) -> float:
+    """Our units (std over real nodes, `std`) -> the authors' noise scale: padded std / `std`."""
+    return padded_std(train) / float(std)
 
 
 def feature_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -3,10 +3,12 @@
 Follows SPEC "MNIST-75SP" and the authors' `extract_superpixels.py` /
 `MNIST75sp` code: each image in [0, 1] becomes <= 75 SLIC superpixels
 (compactness 0.25, `n_segments` starting at 95 and lowered by one until at most
-75 segments come back); every superpixel is a node with its mean intensity and
-its centre of mass (row, col) / 28; the graph is complete with weights
-A_ij = exp(-||c_i - c_j|| / (0.1 pi)^2) (zero diagonal; `ablate.data.kernel`, derived
-from the centroids where batches are made, never stored); the ground-truth
+75 segments come back), with SLIC as scikit-image 0.15 ran it for the authors (the
+recipe's `slic` rule, `ablate.data.slic`; "v0.19" is today's wrapper); every superpixel
+is a node with its mean intensity and its centre of mass (row, col) / 28; the graph is
+complete with weights A_ij = exp(-||c_i - c_j|| / (0.1 pi)^2) (zero diagonal;
+`ablate.data.kernel`, derived from the centroids where batches are made, never stored);
+the ground-truth
 attention is proportional to the mean intensity of superpixels with intensity
 >= 0.5, zero elsewhere, normalised to sum 1 (`gt="intensity"`, SPEC 1). The
 reference's MNIST-75SP script runs its ChebyGIN (K > 1) ground-truth oracle with
@@ -31,48 +33,30 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ablate.data import slic
 from ablate.data.graphs import normalize_gt
 from ablate.data.kernel import adjacency, complete_edges
 
 N_SEGMENTS_START = 95  # first n_segments asked of SLIC
 MAX_SUPERPIXELS = 75  # lower n_segments until at most this many segments come back
-COMPACTNESS = 0.25
+SLIC_DEFAULT = "v0.15"  # the authors' scikit-image (their published data and checkpoints)
 GT_THRESHOLD = 0.5  # superpixels at least this bright carry ground-truth attention
 GT_VARIANTS = ("intensity", "any")  # SPEC default; the reference's oracle for K > 1 (I > 0)
 
 
-def slic_segments(img: np.ndarray) -> np.ndarray:
-    """(H, W) SLIC labels of a grayscale image with <= MAX_SUPERPIXELS segments (SPEC 1).
+def slic_segments(img: np.ndarray, rule: str = SLIC_DEFAULT) -> np.ndarray:
+    """(H, W) SLIC labels 0..k-1 of a grayscale image with <= MAX_SUPERPIXELS segments (SPEC 1):
+    the reference loop `n = 95; while count > 75: n -= 1` under the SLIC `rule`
+    (`ablate.data.slic.SLIC_RULES`)."""
+    return slic.superpixel_labels(img, N_SEGMENTS_START, MAX_SUPERPIXELS, rule)
 
-    Equivalent to the reference loop `n = 95; while count > 75: n -= 1`. SLIC's
-    output depends on `n_segments` only through its regular seed grid
-    (`skimage.util.regular_grid`), so values of `n` that give the grid of an
-    `n` already tried are skipped instead of recomputed (same result, about 15x
-    fewer SLIC calls on 28x28 images).
-    """
+
+def image_superpixels(img: np.ndarray,
+                       rule: str = SLIC_DEFAULT) -> tuple[np.ndarray, np.ndarray]:
+    """Mean intensity (N,) and centre of mass (N, 2) = (row, col) / 28 of each superpixel, in
+    SLIC label order."""
     img = np.asarray(img, dtype=np.float64)
-    from skimage.segmentation import slic  # scikit-image: imported on use (slow to import)
-    from skimage.util import regular_grid
-
-    grid_shape = (1, *img.shape)  # slic treats a 2-D grayscale image as (1, H, W)
-    tried: set = set()
-    labels = None
-    for n in range(N_SEGMENTS_START, 0, -1):
-        key = tuple((s.start, s.stop, s.step) for s in regular_grid(grid_shape, n))
-        if key in tried:
-            continue
-        tried.add(key)
-        labels = slic(img, n_segments=n, compactness=COMPACTNESS, channel_axis=None)
-        if len(np.unique(labels)) <= MAX_SUPERPIXELS:
-            return labels
-    assert labels is not None
-    return labels  # unreachable for images of >= 1 pixel: one seed gives one segment
-
-
-def image_superpixels(img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean intensity (N,) and centre of mass (N, 2) = (row, col) / 28 of each superpixel."""
-    img = np.asarray(img, dtype=np.float64)
-    labels = slic_segments(img)
+    labels = slic_segments(img, rule)
     _, inv = np.unique(labels.ravel(), return_inverse=True)
     n = int(inv.max()) + 1
     count = np.bincount(inv, minlength=n)
@@ -113,9 +97,10 @@ def superpixel_graphs(
     return edges, weights, gts
 
 
-def _chunk_superpixels(images: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Worker task: superpixels of a chunk of images."""
-    return [image_superpixels(img) for img in images]
+def _chunk_superpixels(task: tuple[np.ndarray, str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Worker task: superpixels of a chunk of images under a SLIC rule."""
+    images, rule = task
+    return [image_superpixels(img, rule) for img in images]
 
 
 def images_to_superpixels(
@@ -124,8 +109,10 @@ def images_to_superpixels(
     workers: int = 2,
     chunksize: int = 200,
     desc: str = "superpixels",
+    rule: str = SLIC_DEFAULT,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(intensity, centre) of every image of an (n, H, W) array in [0, 1], in order.
+    """(intensity, centre) of every image of an (n, H, W) array in [0, 1], in order, with SLIC
+    under `rule`.
 
     Chunks of `chunksize` images go to a pool of `workers` processes (serial
     when `workers <= 1`, when there is at most one chunk, or inside a daemonic
@@ -133,8 +120,9 @@ def images_to_superpixels(
     """
     from tqdm.auto import tqdm
 
+    slic.check_rule(rule)
     images = np.asarray(images)
-    chunks = [images[i:i + chunksize] for i in range(0, len(images), chunksize)]
+    chunks = [(images[i:i + chunksize], rule) for i in range(0, len(images), chunksize)]
     bar = tqdm(total=len(images), desc=desc, file=sys.stderr, disable=not progress,
                unit="img")
     out: list[tuple[np.ndarray, np.ndarray]] = []
@@ -147,7 +135,7 @@ def images_to_superpixels(
     return out
 
 
-def _map_chunks(chunks: list[np.ndarray], workers: int) -> Iterator[list]:
+def _map_chunks(chunks: list[tuple[np.ndarray, str]], workers: int) -> Iterator[list]:
     """Results of `_chunk_superpixels` over chunks, in order, serial or on a process pool."""
     if workers <= 1 or len(chunks) <= 1 or mp.current_process().daemon:
         yield from map(_chunk_superpixels, chunks)
