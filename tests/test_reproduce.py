@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import sys
+from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -27,15 +31,25 @@ gpus_per_trial: 0
 """
 
 
-@pytest.fixture
-def stored(tmp_path, ray_env):
-    path = tmp_path / "packed.yaml"
-    path.write_text(PACKED)
-    results = tmp_path / "results"
-    assert main([f"study={path}", f"results_dir={results}", "progress=none"]) == 0
-    df = read_trials(results, "packed")
-    assert set(df["batched_seeds"]) == {4}  # every trial trained inside the pack of four
-    return path, results, df
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """The study run once for the module (a real embedded Ray), its cache kept for reruns."""
+    tmp = tmp_path_factory.mktemp("reproduce")
+    tests = Path(__file__).resolve().parent
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ABLATE_CACHE", str(tmp / "cache"))
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(tests), str(tests.parent)]))
+        path = tmp / "packed.yaml"
+        path.write_text(PACKED)
+        results = tmp / "results"
+        try:
+            assert main([f"study={path}", f"results_dir={results}", "progress=none"]) == 0
+        finally:
+            if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+                sys.modules["ray"].shutdown()
+        df = read_trials(results, "packed")
+        assert set(df["batched_seeds"]) == {4}  # every trial trained inside the pack of four
+        yield path, results, df
 
 
 def test_every_trial_stored_from_a_pack_reproduces_alone_bit_for_bit(stored, capsys):
@@ -74,8 +88,10 @@ def test_a_member_evaluates_alike_alone_and_in_a_pack(tmp_path, monkeypatch):
     assert all(torch.equal(a[1], b[0]) for a, b in zip(got4, got1))
 
 
-def test_a_stored_number_that_was_changed_does_not_hold(stored, capsys):
-    path, results, df = stored
+def test_a_stored_number_that_was_changed_does_not_hold(stored, tmp_path, capsys):
+    path, original, df = stored
+    results = tmp_path / "results"
+    shutil.copytree(original, results)  # the module's store stays as stored
     tid = sorted(df["trial_id"].unique())[0]
     file = results / "packed" / "trials" / f"{tid}.parquet"
     t = pq.read_table(file)

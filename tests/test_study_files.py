@@ -102,7 +102,15 @@ def test_a_study_file_runs_from_its_path_and_is_kept_beside_its_trials(tmp_path,
     assert [p.read_text() for p in kept] == [MINE]
     assert main(args) == 0  # resumes: nothing to run, the same file kept once
     assert sorted((results / "mine").glob("study-*.yaml")) == kept
-    path.write_text(MINE.replace("epochs: 1", "epochs: 2"))  # an edited study: both kept
-    assert main(args) == 0
-    assert len(sorted((results / "mine").glob("study-*.yaml"))) == 2
     assert Store(results, "mine").verify() == []
+
+
+def test_an_edited_study_file_is_kept_beside_the_first(tmp_path):
+    store = Store(tmp_path, "mine")
+    path = tmp_path / "mine.yaml"
+    path.write_text(MINE)
+    first = store.keep_study_file(path)
+    assert store.keep_study_file(path) == first  # the same file: nothing new
+    path.write_text(MINE.replace("epochs: 1", "epochs: 2"))
+    second = store.keep_study_file(path)
+    assert second != first and first.read_text() == MINE and "epochs: 2" in second.read_text()
