@@ -133,6 +133,17 @@ def _study_name(argv: list[str]) -> str:
     return names[-1]
 
 
+def _display(argv: list[str]):
+    """The run's `Progress` line, made before planning (its mode: the last ``progress=``;
+    a bad mode shows nothing here, the overrides refuse it)."""
+    from ablate.runner.compose import PROGRESS_MODES, study_name
+    from ablate.runner.progress import Progress
+
+    modes = [a.split("=", 1)[1] for a in argv if a.startswith("progress=")]
+    mode = modes[-1] if modes else "auto"
+    return Progress(study_name(_study_name(argv)), mode=mode if mode in PROGRESS_MODES else "none")
+
+
 def dry_run(study, options) -> str:
     """The trial table (axes as columns) and the count, marking trials already done."""
     import pandas as pd
@@ -194,7 +205,9 @@ def _main(argv: list[str]) -> int:
             from ablate.runner.search import main as search_main
 
             return search_main(_study_name(argv), argv)
-        study, options = build_study(_study_name(argv), argv)
+        display = _display(argv)  # the live line, from the planning step on
+        with display.ticking():
+            study, options = build_study(_study_name(argv), argv, progress=display)
         from ablate.runner.driver import check_data_paths, run_study
         from ablate.runner.ray_env import check_devices, check_resources_early
         from ablate.runner.resources import memory_plan
@@ -226,7 +239,8 @@ def _main(argv: list[str]) -> int:
 
         _keep_study_file(study, options["results_dir"])
         summary = run_study(study, options["results_dir"], force=options["force"],
-                            ray_address=options["ray_address"], progress=options["progress"])
+                            ray_address=options["ray_address"], progress=options["progress"],
+                            display=display)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -128,6 +128,8 @@ STUDY_KEYS: dict[str, tuple[Any, str]] = {
     "pack_size": ("auto", "seeds trained as one model in one Ray trial, across trials that differ "
                           "only in seeds, init of p, threshold, ratio, kl_weight; auto = 64 when "
                           "trials get a GPU, else 1 trial per pack"),
+    "trial_limit": (100_000, "most trials the study may expand to; a larger one is refused "
+                             "before anything runs (raise it to run one anyway)"),
 }
 
 
@@ -155,6 +157,7 @@ class StudySpec:
     gpus_per_trial: float | str = "auto"
     max_failures: int = 2
     pack_size: int | str = "auto"
+    trial_limit: int = 100_000  # most trials it may expand to (ablate.runner.study)
     path: Path | None = None  # the study file it was read from
 
 
@@ -230,8 +233,8 @@ def load_spec(name: str, directory: Path | None = None) -> StudySpec:
 def _set_study_key(spec: StudySpec, key: str, value: Any) -> None:
     if key == "seeds":
         spec.seeds = seed_list(value)
-    elif key in ("seeds_per_trial", "max_failures"):
-        lo = 1 if key == "seeds_per_trial" else 0
+    elif key in ("seeds_per_trial", "max_failures", "trial_limit"):
+        lo = 0 if key == "max_failures" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise ConfigError(f"{key} must be an integer >= {lo}, got {value!r}")
         setattr(spec, key, value)

@@ -61,53 +61,59 @@ if TYPE_CHECKING:
 
 def run_study(study: Study, results_dir: str | os.PathLike = "results", force: bool = False,
               ray_address: str | None = None, progress: str = "auto",
-              stream: TextIO | None = None) -> Summary:
-    """Run every trial of `study` not yet complete in the store; see the module docstring."""
+              stream: TextIO | None = None, display: Progress | None = None) -> Summary:
+    """Run every trial of `study` not yet complete in the store; see the module docstring.
+    `display` (a `Progress` that showed the planning step) goes on; else one is made."""
     from ablate.runner.store import FAILURES, Store, StoreError, write_error
 
-    t_start = time.time()
+    t_start = display.t0 if display is not None else time.time()
     stream = stream or sys.stderr
+    display = display or Progress(study.name, mode=progress, stream=stream, t0=t_start)
     quiet_ray_env()  # here, in the main thread, before Ray starts in `RayStarter`'s thread
     check_devices(study, ray_address)
     check_resources_early(study, ray_address)
     store = Store(results_dir, study.name)
     summary = Summary(study.name, len(study.trials), results=str(store.dir),
                       failures_log=str(store.dir / FAILURES))
-    if not store.writable():  # a read-only archive: re-check it, run nothing
-        status = store.scan()
-        todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
-        if todo:
-            raise StoreError(f"the result store {store.dir} is read-only and {len(todo)} of "
-                             f"{len(study.trials)} trials are still to run; choose a writable "
-                             "results_dir=")
-        summary.skipped = len(study.trials)
-        summary.wall_s = time.time() - t_start
-        return summary
-    store.lock()
-    try:
-        store.clean_temp()
-        status = store.scan()
-        todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
-        summary.skipped = len(study.trials) - len(todo)
-        try:  # a disk still full (or a quota reached): the summary line and exit 3, before Ray
+    with display.ticking():
+        if not store.writable():  # a read-only archive: re-check it, run nothing
+            display.step("reading the store", len(store.trial_files()), "files")
+            status = store.scan()
+            todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
             if todo:
-                store.check_space()
-            else:
-                store.write_plan([t.trial_id for t in study.trials])
-        except OSError as e:
-            summary.storage_error = write_error(e, store.dir)
-            summary.remaining = [t.trial_id for t in todo]
+                raise StoreError(f"the result store {store.dir} is read-only and {len(todo)} "
+                                 f"of {len(study.trials)} trials are still to run; choose a "
+                                 "writable results_dir=")
+            summary.skipped = len(study.trials)
+            summary.wall_s = time.time() - t_start
             return summary
-        if todo:
-            _start_and_run(study, todo, store, summary, ray_address, progress, stream, t_start)
-    finally:
-        store.unlock()
-        summary.wall_s = time.time() - t_start
+        store.lock()
+        try:
+            store.clean_temp()
+            display.step("reading the store", len(store.trial_files()), "files")
+            status = store.scan()
+            todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
+            summary.skipped = len(study.trials) - len(todo)
+            try:  # a disk still full (or a quota reached): the summary line and exit 3, before Ray
+                if todo:
+                    store.check_space()
+                else:
+                    store.write_plan([t.trial_id for t in study.trials])
+            except OSError as e:
+                summary.storage_error = write_error(e, store.dir)
+                summary.remaining = [t.trial_id for t in todo]
+                return summary
+            if todo:
+                _start_and_run(study, todo, store, summary, ray_address, display, stream,
+                               t_start)
+        finally:
+            store.unlock()
+            summary.wall_s = time.time() - t_start
     return summary
 
 
 def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summary,
-                   ray_address: str | None, progress: str, stream: TextIO,
+                   ray_address: str | None, display: Progress, stream: TextIO,
                    t_start: float) -> None:
     """Datasets, Ray, Tune; the embedded Ray stopped and its session folder removed after.
 
@@ -121,13 +127,14 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         local = [_reads_local_files(t) for t in todo]
         first = [t for t, x in zip(todo, local) if x]
         try:
-            splits = prepare_datasets(first, progress=stream.isatty())  # bad paths: before Ray
+            bars = stream.isatty()
+            splits = prepare_datasets(first, progress=bars, display=display)  # bad paths: before Ray
             if not address:  # a trial this machine's memory cannot hold: refused before Ray
                 check_memory({t.trial_id: trials_memory([t]) for t in first},
                              [node_memory_estimate()], embedded=True)
             ray_start = RayStarter(address)  # Ray starts while the other datasets are built
             rest = [t for t, x in zip(todo, local) if not x]
-            splits.update(prepare_datasets(rest, progress=stream.isatty()))
+            splits.update(prepare_datasets(rest, progress=bars, display=display))
         except OSError as e:  # the data folder filled (or is read-only): exit 3, the usual line
             from ablate.data.cache import cache_dir
             from ablate.runner.store import write_error
@@ -136,11 +143,12 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             summary.remaining = [t.trial_id for t in todo]
             return
         summary.timings["datasets"] = time.time() - t0
+        display.step("starting Ray" if not address else "joining Ray")
         started = ray_start.wait()
         summary.timings["ray_start"] = ray_start.seconds
         with _sigterm_as_interrupt(summary):
             _run_tune(study, todo, splits, store, summary,
-                      embedded=started and not address, progress=progress,
+                      embedded=started and not address, display=display,
                       stream=stream, t_start=t_start)
     except KeyboardInterrupt as e:  # during start-up (Tune handles its own)
         summary.signal = summary.signal or signal_name(e)
@@ -148,6 +156,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             summary.remaining = [t.trial_id for t in todo]
     finally:
         if ray_start is not None:
+            display.step("stopping Ray")
             _stop_ray(ray_start, summary, embedded=not address)
 
 
@@ -199,10 +208,12 @@ class _sigterm_as_interrupt:
 
 
 def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,
-              embedded: bool, progress: str, stream: TextIO, t_start: float | None = None) -> None:
+              embedded: bool, display: Progress, stream: TextIO,
+              t_start: float | None = None) -> None:
     import ray
     from ray import tune
 
+    from ablate.runner.handover import PayloadTable, concurrency, describe, feed, slots
     from ablate.runner.tune_callback import (
         StorageStop,
         StoreCallback,
@@ -225,25 +236,31 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")
         packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))
-        memory = {pk.pack_id: pack_memory(pk) for pk in packs}  # Ray's `memory` resource
+        display.step("handing the packs to Tune", len(packs), "packs")
+        memory = {}
+        for pk in packs:
+            memory[pk.pack_id] = pack_memory(pk)  # Ray's `memory` resource
+            display.advance()
         warning = check_memory(memory, cluster_node_memory(), embedded=embedded)
         if warning:
             stream.write(warning + "\n")
         resources = {pk.pack_id: {"CPU": spec.cpus_per_trial, "GPU": gpus,
                                   "memory": memory[pk.pack_id] or 0} for pk in packs}
-        payloads = [{**_payload(pk, spec, cache), "resources": resources[pk.pack_id]}
-                    for pk in packs]
-        display = Progress(study.name, len(todo), summary.skipped, progress, stream,
-                           t0=t_start)
+        # Tune gets each pack's small description; the payloads go to the object store once
+        table = PayloadTable.put([_payload(pk, spec, cache) for pk in packs])
+        descriptions = describe(packs, resources)
+        smallest = min(resources.values(), key=lambda r: r["memory"])
+        limit = concurrency(slots(smallest, ray.cluster_resources()), embedded)
         callback = StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
                                  {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs})
-        fn = tune.with_resources(tune.with_parameters(trainable, blobs=_blobs(todo, ship)),
-                                 _pack_resources)
+        fn = tune.with_resources(
+            tune.with_parameters(trainable, blobs=_blobs(todo, ship), payloads=table),
+            _pack_resources)
         worker_deaths_as_trial_failures()
         tuner = tune.Tuner(
             fn,
-            param_space={"trial": tune.grid_search(payloads)},
-            tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
+            tune_config=tune.TuneConfig(num_samples=len(packs), reuse_actors=True,
+                                        search_alg=feed(descriptions, limit),
                                         trial_name_creator=trial_name,
                                         trial_dirname_creator=trial_name),
             run_config=tune.RunConfig(
@@ -253,7 +270,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
                 log_to_file=False),
         )
-        display.refresh(force=True)
+        display.trials(len(todo), summary.skipped)
         t0 = time.time()
         try:
             tuner.fit()
@@ -315,14 +332,24 @@ def _blobs(trials: list[Trial], ship: bool) -> dict:
     return out
 
 
-def prepare_datasets(trials: list[Trial], progress: bool = True) -> dict[str, list[str]]:
-    """Build (or load) every dataset recipe once; data hash -> evaluated split names."""
-    from ablate.data import load_graphsets
+def prepare_datasets(trials: list[Trial], progress: bool = True,
+                     display: Progress | None = None) -> dict[str, list[str]]:
+    """Build (or load) every dataset recipe once; data hash -> evaluated split names.
+    `progress`: the dataset's own bar while one is built; `display` counts the recipes."""
+    from ablate.data import dataset_cache_path, load_graphsets
 
+    recipes = list({t.data_hash: t for t in trials if t.data_hash is not None}.values())
     splits: dict[str, list[str]] = {}
-    for t in trials:
-        if t.data_hash is None or t.data_hash in splits:
-            continue
+    for i, t in enumerate(recipes):
+        if display is not None:  # a recipe built with its own bar: the line stays above it
+            try:
+                own_bar = progress and not dataset_cache_path(t.dataset,
+                                                              dict(t.data_params)).exists()
+            except ConfigError:  # a bad recipe: load_graphsets says so below
+                own_bar = progress
+            display.step(f"preparing datasets ({t.dataset})", len(recipes), "recipes",
+                         draw=not own_bar)
+            display.advance(i)
         try:
             sets = load_graphsets(t.dataset, progress=progress, **dict(t.data_params))
         except ConfigError as e:

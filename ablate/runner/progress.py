@@ -1,15 +1,19 @@
 """What a run shows: `Progress`, the live status line, and `Summary`, what the run did.
 
-`Progress` is the driver's display while Tune runs (one line redrawn on a
-terminal, or a log line when the counts change and a heartbeat otherwise);
+`Progress` is the driver's display from planning to the last trial (one line redrawn on
+a terminal, or a log line when the step or the counts change and a heartbeat otherwise;
+a background thread keeps it alive through long driver steps);
 `Summary` holds the final counts, timings and errors, the summary line printed
 on stdout and the run's exit code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -82,29 +86,111 @@ class Summary:
 
 
 class Progress:
-    """One live status line: done / running / failed / skipped, ETA."""
+    """One live status line: the driver step under way, then done / running / failed /
+    skipped and the ETA once trials run.
 
-    def __init__(self, study: str, todo: int, skipped: int, mode: str = "auto",
+    Before Ray Tune runs trials the line names the driver's step and its count (`step`,
+    `advance`: planning, reading the store, preparing datasets, starting Ray, handing the
+    packs to Tune); `ticking` keeps it alive from a background thread, so a long step never
+    leaves it frozen. A step shorter than `quiet_s` prints nothing. Once trials run
+    (`trials`), the line counts them; `close` prints its last state."""
+
+    def __init__(self, study: str, todo: int = 0, skipped: int = 0, mode: str = "auto",
                  stream: TextIO | None = None, every_s: float = 2.0, heartbeat_s: float = 60.0,
-                 t0: float | None = None):
+                 t0: float | None = None, tick_s: float = 0.5, quiet_s: float = 2.0,
+                 step_every_s: float = 10.0):
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "lines"
         self.study, self.todo, self.skipped, self.mode = study, todo, skipped, mode
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
+        self.tick_s, self.quiet_s, self.step_every_s = tick_s, quiet_s, step_every_s
         self.running: set[str] = set()
         self.done = self.failed = self.retries = 0
         self.t0 = t0 or time.time()  # the run's start: Ray's start-up counts too
         self._last = 0.0
         self._last_counts: tuple = ()
         self._first_done: float | None = None  # ETA runs from here: start-up is not a trial
+        # the driver step under way (None once trials run; a display made before the trials
+        # are known starts with one)
+        self.step_name: str | None = "starting" if not todo else None
+        self.step_done, self.step_total, self.step_unit = 0, None, ""
+        self.step_draw = True  # False: something else draws (a dataset's own bar)
+        self._step_t0 = self.t0
+        self._step_logged = 0.0  # lines mode: when this step was last logged
+        self._shown = False  # bar mode: a line is on the terminal, not yet ended
+        self._init_threading()
 
-    def __getstate__(self) -> dict:  # Tune pickles its callbacks; streams do not pickle
-        return {**self.__dict__, "stream": None}
+    def _init_threading(self) -> None:
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def __getstate__(self) -> dict:  # Tune pickles its callbacks; streams, threads do not pickle
+        state = dict(self.__dict__)
+        for k in ("stream", "_lock", "_stop", "_ticker"):
+            state.pop(k, None)
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, stream=sys.stderr)
+        self._init_threading()
 
+    # ------------------------------------------------------------------ driver steps
+    def step(self, name: str, total: int | None = None, unit: str = "",
+             draw: bool = True) -> None:
+        """A driver step begins (`total` items of `unit`, if counted); `draw=False` while
+        something else draws on the terminal (a dataset's own progress bar)."""
+        with self._lock:
+            self.step_name, self.step_done, self.step_total = name, 0, total
+            self.step_unit, self.step_draw = unit, draw
+            self._step_t0, self._step_logged = time.time(), 0.0
+            if not draw and self.mode == "bar":  # the step's name stays above the other bar
+                self.stream.write("\r\033[K" + self.text() + "\n")
+                self.stream.flush()
+                self._shown = False
+        self.refresh()
+
+    def advance(self, n: int = 1) -> None:
+        """`n` more items of the current step are done (drawn at the next tick)."""
+        self.step_done += n
+
+    def trials(self, todo: int, skipped: int) -> None:
+        """Trials start running: the line counts them from now on."""
+        with self._lock:
+            self.todo, self.skipped, self.step_name, self.step_draw = todo, skipped, None, True
+        self.refresh(force=True)
+
+    @contextlib.contextmanager
+    def ticking(self) -> Iterator[Progress]:
+        """Redraw the line every `tick_s` from a background thread while the block runs; on
+        leaving it, a step's unfinished bar is cleared (an error line may follow)."""
+        if self.mode == "none" or self._ticker is not None:
+            yield self
+            return
+        self._stop.clear()
+        self._ticker = threading.Thread(target=self._tick, name="ablate-progress", daemon=True)
+        self._ticker.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._ticker.join()
+            self._ticker = None
+            with self._lock:
+                if self.step_name is not None and self._shown:
+                    self._end_bar(clear=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.refresh()
+
+    def _end_bar(self, clear: bool = False) -> None:
+        self.stream.write("\r\033[K" if clear else "\n")
+        self.stream.flush()
+        self._shown = False
+
+    # ------------------------------------------------------------------ trials
     def start(self, tid: str) -> None:
         self.running.add(tid)
         self.refresh()
@@ -131,6 +217,10 @@ class Progress:
 
     def text(self) -> str:
         el = time.time() - self.t0
+        if self.step_name is not None:
+            count = "" if self.step_total is None else \
+                f": {self.step_done:,}/{self.step_total:,} {self.step_unit}".rstrip()
+            return f"[{self.study}] {self.step_name}{count} | {_fmt(el)} elapsed"
         finished = self.done + self.failed
         left = self.todo - finished
         if finished >= 2:
@@ -145,30 +235,56 @@ class Progress:
     def refresh(self, force: bool = False) -> None:
         if self.mode == "none":
             return
-        now = time.time()
-        text = self.text()
+        with self._lock:
+            now = time.time()
+            if self.step_name is not None:
+                self._refresh_step(now)
+                return
+            text = self.text()
+            if self.mode == "bar":
+                if force or now - self._last > 0.5:
+                    self.stream.write("\r\033[K" + text)
+                    self.stream.flush()
+                    self._last, self._shown = now, True
+            else:  # a log: a line when the counts change (at most every every_s) or a heartbeat
+                counts = (self.done, self.failed, self.retries, len(self.running))
+                changed = counts != self._last_counts and now - self._last >= self.every_s
+                if force or changed or now - self._last >= self.heartbeat_s:
+                    self.stream.write(text + "\n")
+                    self.stream.flush()
+                    self._last, self._last_counts = now, counts
+
+    def _refresh_step(self, now: float) -> None:
+        """A driver step: nothing before `quiet_s` of the run; then a bar redrawn at every
+        tick, or a log line once the step has lasted `quiet_s` and every `step_every_s`."""
+        if not self.step_draw or now - self.t0 < self.quiet_s:
+            return
         if self.mode == "bar":
-            if force or now - self._last > 0.5:
-                self.stream.write("\r\033[K" + text)
-                self.stream.flush()
-                self._last = now
-        else:  # a log: a line when the counts change (at most every every_s) or a heartbeat
-            counts = (self.done, self.failed, self.retries, len(self.running))
-            changed = counts != self._last_counts and now - self._last >= self.every_s
-            if force or changed or now - self._last >= self.heartbeat_s:
-                self.stream.write(text + "\n")
-                self.stream.flush()
-                self._last, self._last_counts = now, counts
+            self.stream.write("\r\033[K" + self.text())
+            self._shown = True
+        elif now - self._step_t0 >= self.quiet_s and (
+                not self._step_logged or now - self._step_logged >= self.step_every_s):
+            self.stream.write(self.text() + "\n")
+            self._step_logged = now
+        else:
+            return
+        self.stream.flush()
 
     def close(self) -> None:
         if self.mode == "none":
             return
-        self.running.clear()
-        if self.mode == "bar":
-            self.stream.write("\r\033[K" + self.text() + "\n")
-        else:
-            self.stream.write(self.text() + "\n")
-        self.stream.flush()
+        with self._lock:
+            if self.step_name is not None:  # no trial ran: end a step's bar, print no count
+                if self._shown:
+                    self._end_bar(clear=True)
+                return
+            self.running.clear()
+            if self.mode == "bar":
+                self.stream.write("\r\033[K" + self.text() + "\n")
+            else:
+                self.stream.write(self.text() + "\n")
+            self.stream.flush()
+            self._shown = False
 
 
 def _fmt(s: float) -> str:

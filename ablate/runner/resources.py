@@ -36,11 +36,25 @@ def dataset_footprint(t: Trial) -> dict | None:
     from ablate.data import dataset_cache_path
     from ablate.data.cache import StaleCache, footprint
 
-    path = dataset_cache_path(t.dataset, dict(t.data_params))
+    where = (t.data_hash, os.environ.get("ABLATE_CACHE"))  # the recipe's file, found once
+    path = _PATHS.get(where)
+    if path is None:
+        path = _PATHS[where] = dataset_cache_path(t.dataset, dict(t.data_params))
     try:
-        return footprint(path) if path.exists() else None
-    except StaleCache:
+        st = path.stat()
+    except OSError:
         return None
+    key = (str(path), st.st_mtime_ns, st.st_size)  # the file as it is now: read once
+    if key not in _FOOTPRINTS:
+        try:
+            _FOOTPRINTS[key] = footprint(path)
+        except StaleCache:
+            _FOOTPRINTS[key] = None
+    return _FOOTPRINTS[key]
+
+
+_PATHS: dict[tuple, Path] = {}  # (data hash, $ABLATE_CACHE) -> the recipe's cache file
+_FOOTPRINTS: dict[tuple, dict | None] = {}  # (path, mtime, size) -> footprint of that file
 
 
 def trials_memory(trials: list[Trial]) -> int | None:

@@ -2,7 +2,8 @@
 given its id, before Ray starts.
 
 `build_study(name, overrides)` composes the study (`ablate.runner.compose`: the YAML
-file plus Hydra overrides) and expands it; every trial's config is built from its
+file plus Hydra overrides) and expands it (a study larger than its `trial_limit` is
+refused first, counted without building a trial: `check_plan_size`); every trial's config is built from its
 axes (`make_config`, values coerced to the field types), resolved and validated by
 its kind (`ablate.runner.kinds`), so a bad key or value is one `ConfigError` line.
 """
@@ -10,15 +11,19 @@ its kind (`ablate.runner.kinds`), so a bad key or value is one `ConfigError` lin
 from __future__ import annotations
 
 import itertools
+import math
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.errors import ConfigError
 from ablate.runner.compose import StudySpec, apply_overrides, load_spec, seed_list
 from ablate.runner.kinds import config_fields, trial_kind
+
+if TYPE_CHECKING:
+    from ablate.runner.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -133,16 +138,21 @@ def resolve_config(kind: str, cfg: Any) -> Any:
     return trial_kind(kind).resolve(cfg)
 
 
-def make_trial(kind: str, cfg: Any) -> Trial:
-    """Resolve and validate `cfg`, and compute its trial id (config + dataset recipe hash)."""
+def make_trial(kind: str, cfg: Any, recipes: dict | None = None) -> Trial:
+    """Resolve and validate `cfg`, and compute its trial id (config + dataset recipe hash).
+    `recipes` ((kind, dataset, data_params) -> data hash) keeps each recipe's hash across
+    calls: a recipe is hashed once however many trials share it."""
     k = trial_kind(kind)
     cfg = k.resolve(cfg)
     if not k.datasets:
         return Trial(k.trial_id(cfg, None), kind, cfg)
+    key = (kind, cfg.dataset, cfg.data_params)
     try:
-        data_hash = k.data_hash(cfg)
+        data_hash = recipes[key] if recipes is not None and key in recipes else k.data_hash(cfg)
     except ConfigError as e:
         raise ConfigError(f"data.*: {e}") from None
+    if recipes is not None:
+        recipes[key] = data_hash
     return Trial(k.trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
 
 
@@ -165,15 +175,60 @@ def _drop_unused_required(kind: str, axes: dict) -> dict:
 PER_SEED = "seed"
 
 
-def expand(spec: StudySpec) -> list[Trial]:
+def plan_size(spec: StudySpec) -> tuple[int, str]:
+    """The trials `expand` would make (before duplicates are merged), counted without
+    building any, and the axes that multiply to it, in words."""
+    n_combos = math.prod(len(v) for v in spec.grid.values())
+    fixed = {("data." + k): v for k, v in spec.data.items()}
+    fixed.update(spec.fixed)
+    step = spec.seeds_per_trial
+    chunks, n_seeds = [], []
+    for variant in spec.variants or [{}]:
+        seeds = seed_list(variant["seeds"]) if "seeds" in variant else spec.seeds
+        per_seed = any(k.startswith("data.") and v == PER_SEED
+                       for k, v in {**fixed, **variant}.items())
+        chunks.append(len(seeds) if per_seed else -(-len(seeds) // step))
+        n_seeds.append(len(seeds))
+    total = n_combos * sum(chunks)
+    words = []
+    if len(chunks) > 1:
+        words.append(f"{len(chunks)} variants")
+    words += [f"{axis} ({len(v)} values)" for axis, v in spec.grid.items() if len(v) > 1]
+    if len(set(chunks)) > 1:
+        words.append(f"{sum(chunks):,} seed chunks over the variants")
+    elif chunks[0] == n_seeds[0]:
+        words.append(f"{chunks[0]:,} seeds")
+    else:
+        words.append(f"{chunks[0]:,} seed chunks ({n_seeds[0]:,} seeds, seeds_per_trial={step})")
+    return total, " x ".join(words)
+
+
+def check_plan_size(spec: StudySpec) -> int:
+    """The number of trials the study expands to; above the study's `trial_limit`, a one-line
+    `ConfigError` naming the count, the axes that multiply it and the setting that lifts it."""
+    total, why = plan_size(spec)
+    if total > spec.trial_limit:
+        raise ConfigError(f"study {spec.name} expands to {total:,} trials ({why}), more than "
+                          f"trial_limit={spec.trial_limit}; narrow a sweep, or lift the limit "
+                          f"with trial_limit={total}")
+    return total
+
+
+def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
     """Every trial of the study: variants x grid x seed chunks, resolved, deduplicated;
-    a ``data.KEY: seed`` parameter gives every seed its own trial and that seed as value."""
+    a ``data.KEY: seed`` parameter gives every seed its own trial and that seed as value.
+    A study larger than its `trial_limit` is refused before any trial is built; `progress`
+    counts the trials built (the 'planning' step)."""
+    total = check_plan_size(spec)
+    if progress is not None:
+        progress.step("planning", total, "trials")
     grid_keys = list(spec.grid)
     combos = [dict(zip(grid_keys, c)) for c in itertools.product(*spec.grid.values())]
     fixed = {("data." + k): v for k, v in spec.data.items()}
     fixed.update(spec.fixed)
     step = spec.seeds_per_trial
     trials: dict[str, Trial] = {}
+    recipes: dict[tuple, str] = {}  # (kind, dataset, data_params) -> data hash, computed once
     for variant in spec.variants or [{}]:
         variant = dict(variant)
         seeds = seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
@@ -188,14 +243,17 @@ def expand(spec: StudySpec) -> list[Trial]:
             for chunk in ([(s,) for s in seeds] if per_seed else chunks):
                 own = {k: chunk[0] for k in per_seed}  # e.g. a TU split drawn per run
                 cfg = make_config(spec.kind, {**base, **own, "study": spec.name, "seeds": chunk})
-                t = make_trial(spec.kind, cfg)
+                t = make_trial(spec.kind, cfg, recipes)
                 trials.setdefault(t.trial_id, t)
+                if progress is not None:
+                    progress.advance()
     return list(trials.values())
 
 
-def build_study(name: str, overrides: list[str] = (),
-                directory: Path | None = None) -> tuple[Study, dict]:
-    """Load studies/NAME.yaml, apply overrides, expand and validate every trial."""
+def build_study(name: str, overrides: list[str] = (), directory: Path | None = None,
+                progress: Progress | None = None) -> tuple[Study, dict]:
+    """Load studies/NAME.yaml, apply overrides, expand and validate every trial (`progress`
+    shows the planning step)."""
     spec = load_spec(name, directory)
     options = apply_overrides(spec, list(overrides))
-    return Study(spec, expand(spec)), options
+    return Study(spec, expand(spec, progress)), options

@@ -100,8 +100,12 @@ def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
     return out
 
 
-def trainable(config: dict, blobs: dict | None = None) -> None:
+def trainable(config: dict, blobs: dict | None = None, payloads=None) -> None:
     """Tune function trainable: run one pack (one or more trials), report each attempt.
+
+    Tune's config names the pack by its index in `payloads` (`ablate.runner.handover`:
+    the payloads, sent through the object store once); a config that holds the payload
+    itself is run as it is.
 
     A trial that raises or returns NaN is retried here, in the same warm actor, up
     to `max_failures` times, unless its error is one a retry cannot fix (a bad config
@@ -113,6 +117,8 @@ def trainable(config: dict, blobs: dict | None = None) -> None:
     from ray import tune
 
     p = config["trial"]
+    if "index" in p and payloads is not None:
+        p = payloads.get(p["index"])
     worker_data_env(p.get("cache_dir"))
     gpu_ids = ray.get_gpu_ids()
     if not gpu_ids:  # no GPU assigned: never touch one another trial may hold (device=auto)
