@@ -133,9 +133,19 @@ def generate_digits(
 ) -> dict[str, GraphSet]:
     """DIGITS-75SP: the MNIST-75SP pipeline on scikit-learn's 1797 8x8 digits upscaled to 28x28
     (`gt`, `final`, `slic` and `noise` as in `generate_mnist`)."""
-    from sklearn.datasets import load_digits
 
     check_choices(gt, slic, noise)
+    images, labels = digits_images(n_train, n_val, n_test, split_seed, final)
+    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, slic=slic, noise=noise,
+                        progress=progress)
+
+
+def digits_images(n_train: int = 1200, n_val: int = 300, n_test: int = 297, split_seed: int = 111,
+                  final: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The (28, 28) images in [0, 1] and labels of each DIGITS-75SP split ("train", "val",
+    "test"), as `generate_digits` draws them."""
+    from sklearn.datasets import load_digits
+
     digits = load_digits()
     total = n_train + n_val + n_test
     if total > len(digits.images):
@@ -146,8 +156,7 @@ def generate_digits(
     idx = {"train": tr, "val": va, "test": perm[n_train + n_val:total]}
     images = {k: upscale_digits(digits.images[v] / 16.0) for k, v in idx.items()}
     labels = {k: digits.target[v] for k, v in idx.items()}
-    return build_splits(images, labels, noise_seed=noise_seed, gt=gt, slic=slic, noise=noise,
-                        progress=progress)
+    return images, labels
 
 
 def _train_val(perm: np.ndarray, n_train: int, n_val: int,
@@ -192,12 +201,7 @@ def build_splits(
     centroids and ground truth; its complete weighted adjacency is derived from the centroids
     where batches are made (`GraphSet.points`)."""
     check_choices(gt, slic, noise)
-    raw: dict[str, GraphSet] = {}
-    for split in ("train", "val", "test"):
-        sps = images_to_superpixels(images[split], progress=progress, desc=f"superpixels {split}",
-                                    rule=slic)
-        raw[split] = _point_graphs(sps, np.asarray(labels[split], np.int64), gt)
-        del sps
+    raw = raw_splits(images, labels, gt=gt, slic=slic, progress=progress)
     mean, std = feature_stats(raw["train"].x)
     factor = noise_factor(raw["train"], std[0]) if noise == "padded" else 1.0
     for gs in raw.values():
@@ -211,6 +215,24 @@ def build_splits(
         0.0, NOISE_C_STD * factor, size=(n, N_INTENSITY)).astype(np.float32)
     return {"train": raw["train"], "val": raw["val"], "test_orig": test,
             "test_noisy": noisy, "test_noisyc": noisyc}
+
+
+def raw_splits(
+    images: dict[str, np.ndarray],
+    labels: dict[str, np.ndarray],
+    gt: str = "intensity",
+    slic: str = SLIC_DEFAULT,
+    progress: bool = False,
+) -> dict[str, GraphSet]:
+    """Superpixel graphs of images["train"/"val"/"test"] with UNSTANDARDISED features
+    [I, I, I, row, col] (what `build_splits` standardises; the authors' pipeline starts here)."""
+    raw: dict[str, GraphSet] = {}
+    for split in ("train", "val", "test"):
+        sps = images_to_superpixels(images[split], progress=progress, desc=f"superpixels {split}",
+                                    rule=slic)
+        raw[split] = _point_graphs(sps, np.asarray(labels[split], np.int64), gt)
+        del sps
+    return raw
 
 
 def _point_graphs(sps: list[tuple[np.ndarray, np.ndarray]], y: np.ndarray,
