@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from analysis import tables
 from analysis.cells import cell_stats
 from analysis.findings import findings, sdc_findings, sdc_thin_banner, thin_banner
 from analysis.formatting import dataset_name
+from analysis.reference import follows_reference
 from analysis.sections import Context, Section, register_section
 from analysis.timings import timed
 from analysis.variants import colour_axis, comparisons
@@ -37,7 +40,7 @@ def gnn_section(ctx: Context) -> Section:
     if "data_params" in ok.columns:
         dp = ok[["dataset", "data_params"]].drop_duplicates()
         reduced = {d for d, p in zip(dp["dataset"].tolist(), dp["data_params"].tolist())
-                   if p not in ("", "{}")}
+                   if p not in ("", "{}") and not follows_reference(json.loads(p))}
     notes = []
     named = [f"{r} vs {c.baseline} ({c.axis})" for r in ctx.rows for c in comps.get(r, [])]
     if named:
