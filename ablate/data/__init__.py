@@ -124,7 +124,7 @@ SAME_DATA: dict[str, str] = {
 # of its key and maps the new source digest to the one before (docs/recipes.md).
 EARLIER_MNIST: dict[str, str] = {"slic": "v0.19", "noise": "nodes"}
 SAME_DATA_EARLIER: dict[str, str] = {
-    "07c5147499ad": "bbe564b4693d",  # mnist_sp and digits_sp (one source)
+    "8b68ba1e3dc4": "bbe564b4693d",  # mnist_sp and digits_sp (one source)
 }
 
 
