@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    print(f"# scale benchmark: tiny COLORS trials (2 variants, 1 epoch, 16 graphs per split, "
+    print("# scale benchmark: tiny COLORS trials (2 variants, 1 epoch, 16 graphs per split, "
           "1 seed per trial) through python -m ablate.run, embedded Ray")
     print(f"# {platform.node()}: {os.cpu_count()} cores, python {sys.version.split()[0]}, "
           f"torch {torch.__version__}, ray {ray.__version__}; load average "

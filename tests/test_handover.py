@@ -38,11 +38,13 @@ def _noop(config):
     return None
 
 
-def _tune_creates(search_alg, param_space: dict, n: int, monkeypatch) -> tuple[int, float, int]:
+def _tune_creates(search_alg, param_space: dict, n: int, monkeypatch,
+                  keep: bool = False) -> tuple:
     """Ray Tune's own trial creation (what `tune.run` does with a search algorithm) for
-    `n` trials: (trials made, bytes deep-copied per trial, largest trial config in bytes)."""
+    `n` trials: (trials made, bytes deep-copied per trial, largest trial config in bytes),
+    and the trials with `keep`."""
     from ray.tune.experiment import Experiment
-    from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
+    from ray.tune.search import BasicVariantGenerator, Searcher, SearchGenerator
 
     copied, depth, original = [0], [0], copy.deepcopy
 
@@ -74,7 +76,7 @@ def _tune_creates(search_alg, param_space: dict, n: int, monkeypatch) -> tuple[i
         alg.on_trial_complete(trial.trial_id)
     monkeypatch.setattr(copy, "deepcopy", original)
     largest = max(len(pickle.dumps(t.config)) for t in trials)
-    return len(trials), copied[0] / len(trials), largest
+    return (len(trials), copied[0] / len(trials), largest) + ((trials,) if keep else ())
 
 
 def test_tune_copies_a_fixed_size_description_per_trial(monkeypatch):
@@ -102,6 +104,28 @@ def test_tune_copies_a_fixed_size_description_per_trial(monkeypatch):
     assert grid[200] - grid[20] > 20 * (200 - 20)
 
 
+def test_the_scheduler_never_walks_the_finished_trials(monkeypatch):
+    """Tune's FIFO scheduler looks through every trial at every step; `InOrder` keeps a
+    queue of those not yet started, so a step's work does not grow with the finished ones."""
+    from ray.tune.experiment import Trial
+
+    from ablate.runner.handover import InOrder, feed
+
+    *_, trials = _tune_creates(feed(_descriptions(200), 4), {}, 200, monkeypatch, keep=True)
+    order = InOrder()
+    for t in trials:
+        order.on_trial_add(None, t)
+    for t in trials[:150]:
+        t.set_status(Trial.TERMINATED)
+    assert order.choose_trial_to_run(None) is trials[150]
+    assert order.choose_trial_to_run(None) is trials[150] and len(order._waiting) == 50
+    trials[150].set_status(Trial.RUNNING)
+    assert order.choose_trial_to_run(None) is trials[151] and len(order._waiting) == 49
+    for t in trials[151:]:
+        t.set_status(Trial.TERMINATED)
+    assert order.choose_trial_to_run(None) is None and not order._waiting
+
+
 def test_a_study_above_the_trial_limit_stops_before_anything_runs(tmp_path, capsys,
                                                                    monkeypatch):
     from ablate import run
@@ -111,7 +135,7 @@ def test_a_study_above_the_trial_limit_stops_before_anything_runs(tmp_path, caps
     def never(*a, **kw):
         raise AssertionError("a trial was built")
 
-    monkeypatch.setattr(study_module, "make_config", never)
+    monkeypatch.setattr(study_module, "make_trial", never)
     results = tmp_path / "r"
     for extra in ([], ["dry_run=true"]):
         code = run.main(["study=smoke", "seed=range(0,30000)", f"results_dir={results}", *extra])

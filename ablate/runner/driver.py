@@ -213,7 +213,15 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
     import ray
     from ray import tune
 
-    from ablate.runner.handover import PayloadTable, concurrency, describe, feed, slots
+    from ablate.runner.handover import (
+        TUNE_ENV,
+        InOrder,
+        PayloadTable,
+        concurrency,
+        describe,
+        feed,
+        slots,
+    )
     from ablate.runner.tune_callback import (
         StorageStop,
         StoreCallback,
@@ -257,10 +265,13 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
             tune.with_parameters(trainable, blobs=_blobs(todo, ship), payloads=table),
             _pack_resources)
         worker_deaths_as_trial_failures()
+        for key, value in TUNE_ENV.items():  # read when the Tuner runs; a user's value wins
+            os.environ.setdefault(key, value)
         tuner = tune.Tuner(
             fn,
             tune_config=tune.TuneConfig(num_samples=len(packs), reuse_actors=True,
                                         search_alg=feed(descriptions, limit),
+                                        scheduler=InOrder(),
                                         trial_name_creator=trial_name,
                                         trial_dirname_creator=trial_name),
             run_config=tune.RunConfig(

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import bisect
 import pickle
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 if TYPE_CHECKING:
@@ -112,10 +114,12 @@ def feed(descriptions: list[dict], concurrency: int):
 
 
 def concurrency(slots: int, embedded: bool) -> int:
-    """Ray trials Tune may hold at once (running or waiting for a worker): on an embedded
-    Ray, its trial slots and two more, so a warm worker always finds the next pack waiting;
-    on a cluster at least 200 (as Tune's own default), so an autoscaler sees the demand."""
-    return slots + 2 if embedded else max(200, 2 * slots)
+    """Ray trials Tune may hold at once (running or waiting for a worker). On an embedded
+    Ray, its trial slots: a finished trial leaves its warm worker to the next one, which
+    Tune creates at its next step, while each trial more would have Tune ask Ray for a new
+    worker and drop it when a warm one frees first. On a cluster at least 200 (Tune's own
+    default), so an autoscaler sees the demand."""
+    return slots if embedded else max(200, 2 * slots)
 
 
 def slots(resources: dict[str, float], cluster: dict[str, float]) -> int:
@@ -154,3 +158,29 @@ class PackFeed(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             self.next = pickle.load(f)["next"]
+
+
+class InOrder(FIFOScheduler):
+    """Tune's first-in-first-out scheduling without its rescan: `FIFOScheduler` looks through
+    every trial Tune holds for the first one waiting at each step of Tune's loop, work that
+    grows with the trials already finished; this one keeps the trials added and not yet
+    started in a queue. (A trial Tune retries after its worker died is started from Tune's
+    own list of waiting trials, as any trial no scheduler picks.)"""
+
+    def __init__(self):
+        super().__init__()
+        self._waiting: deque = deque()
+
+    def on_trial_add(self, tune_controller, trial: Trial) -> None:
+        self._waiting.append(trial)
+
+    def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        while self._waiting and self._waiting[0].status != Trial.PENDING:
+            self._waiting.popleft()
+        return self._waiting[0] if self._waiting else None
+
+
+# Tune's experiment checkpoints (every trial's state, written every 10 s or more) are not
+# what a rerun resumes from (the store is), and their cost grows with the trials: one at
+# the end is enough.
+TUNE_ENV = {"TUNE_GLOBAL_CHECKPOINT_S": str(10 ** 9)}

@@ -106,6 +106,12 @@ def _freeze(value: Any) -> Any:
 
 def make_config(kind: str, axes: dict) -> Any:
     """Build the kind's config dataclass from raw axis values (type-checked, not resolved)."""
+    return trial_kind(kind).config(**config_kwargs(kind, axes))
+
+
+def config_kwargs(kind: str, axes: dict) -> dict[str, Any]:
+    """The keyword arguments of the kind's config dataclass for raw axis values (coerced to
+    the field types; raises ConfigError)."""
     fields = config_fields(kind)
     kwargs: dict[str, Any] = {}
     data, extra = {}, {}
@@ -130,7 +136,7 @@ def make_config(kind: str, axes: dict) -> Any:
         if "extra" not in fields:
             raise ConfigError(f"trial kind {kind!r} takes no +new=value axes")
         kwargs["extra"] = tuple(sorted((k, _freeze(v)) for k, v in extra.items()))
-    return trial_kind(kind).config(**kwargs)
+    return kwargs
 
 
 def resolve_config(kind: str, cfg: Any) -> Any:
@@ -229,6 +235,7 @@ def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
     step = spec.seeds_per_trial
     trials: dict[str, Trial] = {}
     recipes: dict[tuple, str] = {}  # (kind, dataset, data_params) -> data hash, computed once
+    build, seeds_hint = trial_kind(spec.kind).config, config_fields(spec.kind).get("seeds")
     for variant in spec.variants or [{}]:
         variant = dict(variant)
         seeds = seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
@@ -240,9 +247,16 @@ def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
                 raise ConfigError(f"study {spec.name} needs {missing[0]}=VALUE on the command "
                                   "line")
             per_seed = [k for k, v in base.items() if k.startswith("data.") and v == PER_SEED]
+            # the axes other than the seeds are coerced once per row (not per seed chunk)
+            shared = None if per_seed else config_kwargs(
+                spec.kind, {**base, "study": spec.name, "seeds": chunks[0]})
             for chunk in ([(s,) for s in seeds] if per_seed else chunks):
-                own = {k: chunk[0] for k in per_seed}  # e.g. a TU split drawn per run
-                cfg = make_config(spec.kind, {**base, **own, "study": spec.name, "seeds": chunk})
+                if shared is None:
+                    own = {k: chunk[0] for k in per_seed}  # e.g. a TU split drawn per run
+                    cfg = make_config(spec.kind, {**base, **own, "study": spec.name,
+                                                  "seeds": chunk})
+                else:
+                    cfg = build(**{**shared, "seeds": coerce("seeds", chunk, seeds_hint)})
                 t = make_trial(spec.kind, cfg, recipes)
                 trials.setdefault(t.trial_id, t)
                 if progress is not None:
