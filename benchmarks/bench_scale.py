@@ -18,8 +18,13 @@ prints:
 Targets (issue 30): first trial within 10 s of the start at 10,000 trials; overhead per
 trial within 20% from 1,000 to 10,000; driver peak RSS at most 1 GB.
 
-    python benchmarks/bench_scale.py                   # 1,000 and 10,000 trials (~15 min here)
+``--instant`` runs trials that train nothing (one record, returned at once; the study's
+trial kind is `INSTANT` below, which the workers import from this file): what is left is
+the runner's own cost per trial (Tune, Ray, the payload, the store's write).
+
+    python benchmarks/bench_scale.py                   # 1,000 and 10,000 trials (~25 min here)
     python benchmarks/bench_scale.py --trials 200      # one size
+    python benchmarks/bench_scale.py --instant         # the runner alone, trials that train nothing
     python benchmarks/bench_scale.py --json out.json
 """
 
@@ -35,8 +40,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 
 STUDY = """\
 description: tiny COLORS trials for the scale benchmark (benchmarks/bench_scale.py)
@@ -57,12 +64,45 @@ cpus_per_trial: 1
 gpus_per_trial: 0
 max_failures: 0
 """
+INSTANT_KIND = "kind: instant\n"
+
+
+def instant_trial(cfg) -> SimpleNamespace:
+    """A trial that trains nothing: one record of its seed, at once."""
+    rec = {"seed": cfg.seeds[0], "split": "val", "status": "ok", "error": "", "accuracy": 1.0}
+    return SimpleNamespace(records=[rec], curves=[])
+
+
+def _instant_kind():
+    """The graph trial kind (its config, columns, ids) whose trials are `instant_trial`,
+    without a dataset; made on first use (`INSTANT`), so importing this file stays light."""
+    from ablate.trial.graph import GraphKind
+
+    class Instant(GraphKind):
+        name, datasets = "instant", False
+
+        def run(self, cfg):
+            return instant_trial(cfg)
+
+        def pack_key(self, cfg):
+            return None
+
+    return Instant()
+
+
+def __getattr__(name: str):  # `INSTANT`, the kind the driver and the workers load by path
+    if name == "INSTANT":
+        return _instant_kind()
+    raise AttributeError(name)
 
 
 def _child(argv: list[str], out: Path) -> int:
     """The driver: `ablate.run.main` in this process, then its own peak RSS to `out`."""
     sys.path.insert(0, str(ROOT))
     from ablate.run import main
+    from ablate.runner.kinds import TRIAL_KINDS
+
+    TRIAL_KINDS["instant"] = "bench_scale:INSTANT"
 
     code = main(argv)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
@@ -70,18 +110,19 @@ def _child(argv: list[str], out: Path) -> int:
     return code
 
 
-def run_size(trials: int, work: Path) -> dict:
+def run_size(trials: int, work: Path, instant: bool = False) -> dict:
     """Run the study with `trials` trials in a fresh results folder and dataset cache."""
     from ablate.runner.store import read_trials
 
     seeds = -(-trials // 2)
-    folder = work / f"n{trials}"
+    folder = work / f"n{trials}{'-instant' if instant else ''}"
     folder.mkdir()
     study = folder / "scale.yaml"
-    study.write_text(STUDY.format(seeds=seeds))
+    study.write_text(STUDY.format(seeds=seeds).replace("kind: graph\n", INSTANT_KIND)
+                     if instant else STUDY.format(seeds=seeds))
     results, out, log = folder / "results", folder / "child.json", folder / "stderr.log"
     env = {**os.environ, "ABLATE_CACHE": str(folder / "cache"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, __file__, "--child", str(out), f"study={study}",
            f"results_dir={results}", "progress=lines"]
     t_wall0 = time.time()
@@ -141,27 +182,30 @@ def main(argv: list[str] | None = None) -> int:
         return _child(argv[2:], Path(argv[1]))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, nargs="+", default=[1000, 10000])
+    p.add_argument("--instant", action="store_true", help="trials that train nothing")
     p.add_argument("--json", type=Path, help="also write the numbers here")
     args = p.parse_args(argv)
     load0 = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         for n in args.trials:
-            rows.append(run_size(n, Path(tmp)))
+            rows.append(run_size(n, Path(tmp), args.instant))
             print(f"# {n:,} trials done: {rows[-1]['summary']}", flush=True)
     load1 = os.getloadavg()
     import ray
     import torch
 
-    print("# scale benchmark: tiny COLORS trials (2 variants, 1 epoch, 16 graphs per split, "
-          "1 seed per trial) through python -m ablate.run, embedded Ray")
+    what = ("trials that train nothing (--instant)" if args.instant else
+            "tiny COLORS trials (2 variants, 1 epoch, 16 graphs per split, 1 seed per trial)")
+    print(f"# scale benchmark: {what} through python -m ablate.run, embedded Ray")
     print(f"# {platform.node()}: {os.cpu_count()} cores, python {sys.version.split()[0]}, "
           f"torch {torch.__version__}, ray {ray.__version__}; load average "
           f"{load0[0]:.1f} before, {load1[0]:.1f} after")
     print(table(rows))
     print("# " + verdict(rows))
     if args.json:
-        args.json.write_text(json.dumps({"args": {"trials": args.trials}, "load": [load0, load1],
+        args.json.write_text(json.dumps({"args": {"trials": args.trials, "instant": args.instant},
+                                         "load": [load0, load1],
                                          "rows": rows}, indent=2))
     return 0
 
