@@ -3,9 +3,11 @@
 Data flow (DESIGN.md): the driver skips trials already complete in the store,
 builds every dataset recipe once into the on-disk cache, starts an embedded
 local Ray sized to the machine (or joins `ray_address` / $RAY_ADDRESS), and
-hands the trials to a Tune `Tuner` (function trainable, `reuse_actors=True`,
-declared `cpus_per_trial` / fractional `gpus_per_trial` and the host memory of each
-pack from its prepared dataset (`ablate.runner.resources`), `FailureConfig(max_failures)`).
+hands the packs to a Tune `Tuner` as small descriptions suggested one at a time,
+their payloads in the object store once (`ablate.runner.handover`; function trainable,
+`reuse_actors=True`, declared `cpus_per_trial` / fractional `gpus_per_trial` and the host
+memory of each pack from its prepared dataset (`ablate.runner.resources`),
+`FailureConfig(max_failures)`).
 A worker only loads the cached dataset (on a node without the cache file it writes the
 driver's copy, shipped once per node through the object store in pieces,
 `ablate.runner.ship`), runs the trial kind's function on the packed seeds and reports
@@ -15,13 +17,15 @@ its status and is retried in the same warm worker; a lost worker or node (a work
 killed for memory too) is recorded by the driver and retried elsewhere by Tune.
 
 Here: `run_study` and the Tuner it builds (packs, payloads, shipped dataset
-files). Elsewhere in `ablate.runner`: Ray start-up and resource checks
-(`ray_env`), the worker side (`worker`), the store callback (`tune_callback`),
-the progress display and the run's summary (`progress`).
+files), with the progress line naming each step on the way (`Progress.step`).
+Elsewhere in `ablate.runner`: Ray start-up and resource checks (`ray_env`), the worker
+side (`worker`), the store callback (`tune_callback`), the progress display and the
+run's summary (`progress`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
@@ -265,8 +269,6 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
             tune.with_parameters(trainable, blobs=_blobs(todo, ship), payloads=table),
             _pack_resources)
         worker_deaths_as_trial_failures()
-        for key, value in TUNE_ENV.items():  # read when the Tuner runs; a user's value wins
-            os.environ.setdefault(key, value)
         tuner = tune.Tuner(
             fn,
             tune_config=tune.TuneConfig(num_samples=len(packs), reuse_actors=True,
@@ -284,7 +286,8 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         display.trials(len(todo), summary.skipped)
         t0 = time.time()
         try:
-            tuner.fit()
+            with _environ(TUNE_ENV):  # read when the Tuner runs; a value the user set wins
+                tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, written files stay valid
             pass
         except Exception as e:  # Tune's controller failed: one line; finished trials are kept
@@ -298,6 +301,19 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         summary.storage_error = callback.storage_error
         for tid, error in sorted(callback.errors.items()):
             summary.errors.setdefault(error, []).append(tid)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """`values` in this process's environment while the block runs (a variable already set
+    is kept), removed again after."""
+    added = [k for k in values if k not in os.environ]
+    os.environ.update({k: values[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def _pack_resources(config: dict):
