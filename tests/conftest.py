@@ -1,6 +1,7 @@
 """Shared test set-up: one torch thread (tiny models run faster and steadier that way)."""
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -8,6 +9,12 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+# Started as a background job by a non-interactive shell (as CI may be), pytest inherits an
+# ignored SIGINT, and so would every CLI it starts: the tests of Ctrl-C would then wait
+# forever. Ctrl-C is what they test, so it gets Python's usual handler back (children
+# started from here then get the default action, not "ignored").
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # Ray 2.60: local test clusters need it
 # Tests never download from the internet: MNIST / TU base URLs point at a closed loopback port
 # (tests/test_download.py serves its own files on 127.0.0.1 and passes their URL)

@@ -153,11 +153,11 @@ def test_sigterm_during_start_up_resumes_and_stops_the_embedded_ray(tmp_path, mo
     real = driver.prepare_datasets
     calls = []
 
-    def terminated_on_the_second_call(trials, progress=True):  # Ray is starting by then
+    def terminated_on_the_second_call(trials, **kw):  # Ray is starting by then
         calls.append(1)
         if len(calls) == 2:
             raise Terminated()
-        return real(trials, progress)
+        return real(trials, **kw)
 
     monkeypatch.setattr(driver, "prepare_datasets", terminated_on_the_second_call)
     s = run_study(_study("early"), tmp_path, progress="none")
