@@ -321,8 +321,11 @@ def test_the_driver_hands_tune_descriptions_and_the_workers_find_their_payloads(
         return tuner(trainable, **kwargs)
 
     monkeypatch.setattr(tune, "Tuner", spied)
+    ctrl_c = signal.getsignal(signal.SIGINT)
     s = driver.run_study(study, results, progress="none")
     assert s.exit_code == 0, s.line()
+    # Tune leaves its handler after a run no signal ended; the driver puts Ctrl-C's back
+    assert signal.getsignal(signal.SIGINT) is ctrl_c
     assert configs[0] == ("param_space", None)  # no grid: nothing per trial up front
     trials = configs[1:]
     assert len(trials) == 8 and len(tables) == 1 and len(tables[0].pieces) == 3

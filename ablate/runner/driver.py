@@ -55,7 +55,7 @@ from ablate.runner.resources import (
     pack_memory,
     trials_memory,
 )
-from ablate.runner.signals import signal_name
+from ablate.runner.signals import handlers_kept_through_tune, signal_name
 from ablate.runner.study import Study, Trial
 from ablate.runner.worker import trainable
 
@@ -185,10 +185,12 @@ def _stop_ray(ray_start: RayStarter, summary: Summary, embedded: bool) -> None:
 
 class _sigterm_as_interrupt:
     """While Tune runs, SIGTERM (timeout, docker stop, batch schedulers) stops the study the
-    way Ctrl-C does: trials in flight end, what finished is kept, a rerun resumes."""
+    way Ctrl-C does: trials in flight end, what finished is kept, a rerun resumes. After it,
+    SIGINT's handler is the one from before (`handlers_kept_through_tune`)."""
 
     def __init__(self, summary: Summary):
         self.summary, self.previous = summary, None
+        self.kept = handlers_kept_through_tune()
 
     def _handler(self, signum, frame) -> None:
         import signal
@@ -200,6 +202,7 @@ class _sigterm_as_interrupt:
         import signal
         import threading
 
+        self.kept.__enter__()
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, self._handler)
         return self
@@ -209,6 +212,7 @@ class _sigterm_as_interrupt:
 
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
+        self.kept.__exit__(None, None, None)
 
 
 def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,

@@ -30,6 +30,7 @@ from ablate.runner.search_spec import (
     build_space,
     members,
 )
+from ablate.runner.signals import handlers_kept_through_tune
 
 
 @dataclass
@@ -175,7 +176,7 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
             "cache_dir": os.environ.get("ABLATE_CACHE")}
     fn = tune.with_resources(tune.with_parameters(search_trainable, base=base),
                              {"cpu": spec.cpus_per_trial})
-    with tune_storage("search") as tmp:
+    with tune_storage("search") as tmp, handlers_kept_through_tune():
         tune.Tuner(
             fn,
             tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, num_samples=n_new,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class Terminated(KeyboardInterrupt):
@@ -51,3 +53,21 @@ def raise_on_sigterm() -> None:
 def signal_name(exc: BaseException) -> str:
     """'SIGTERM' for `Terminated`, 'SIGINT' for any other `KeyboardInterrupt`."""
     return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
+@contextmanager
+def handlers_kept_through_tune() -> Iterator[None]:
+    """SIGINT's and SIGUSR1's handlers as they were before a Tune run, after it.
+
+    Tune installs its own handler for a run and puts the previous one back only when a signal
+    comes; after a run that ended by itself, its handler stays and swallows the next Ctrl-C
+    (a search's next arm, anything after the run in the same process)."""
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:
+                signal.signal(s, handler)
