@@ -47,6 +47,17 @@ def hog_trial(cfg):
     return SimpleNamespace(records=[rec], curves=[])
 
 
+def _settle(below: float, wait_s: float = 60.0) -> None:
+    """Wait until the node's memory use is back under `below` bytes: the killed hog's memory
+    is given back by then, so the monitor does not kill the rerun's worker for it."""
+    end = time.time() + wait_s
+    while time.time() < end:
+        info = _meminfo()
+        if info["MemTotal"] - info["MemAvailable"] < below:
+            return
+        time.sleep(0.2)
+
+
 def main(results: str, calm: str) -> int:
     """The study, then (CALM_FILE created) the same study again on the same Ray: each run's
     summary line, failure lines and ``exit N``."""
@@ -69,6 +80,7 @@ def main(results: str, calm: str) -> int:
     for rerun in (False, True):
         if rerun:
             Path(calm).touch()  # the hog behaves now: the rerun resumes the failed trial
+            _settle(used + HEADROOM / 2)
         summary = run_study(Study(spec, expand(spec)), results, progress="none")
         print(summary.line())
         for line in summary.failure_lines():

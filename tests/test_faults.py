@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -195,45 +196,51 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def test_killed_driver_rerun_resumes_without_duplicates_or_torn_files(env):
+    """Ctrl-C (exit 130), SIGTERM (exit 143: batch schedulers, `docker stop`), SIGKILL, then a
+    rerun that finishes: every stop keeps what finished, nothing runs twice, nothing is torn."""
     studies = env / "studies"
     studies.mkdir()
     (studies / "resume.yaml").write_text("""
 description: driver-kill test
 fixed: {dataset: colors, backbone: chebygin, epochs: 20}
 data: {n_train: 80, n_val: 40, n_test: 40, n_max_large: 40}
-seeds: "range(0,10)"
+seeds: "range(0,12)"
 gpus_per_trial: 0
 """)
     results = env / "results"
     store = Store(results, "resume")
     penv = {**os.environ, "ABLATE_STUDIES": str(studies)}
     args = ["study=resume", f"results_dir={results}", "progress=lines"]
+    counts = [0]
 
-    first = _cli(args, penv)  # Ctrl-C: Tune stops, the driver exits 130
-    _wait_files(store, 1, first)
-    first.send_signal(signal.SIGINT)
-    try:
-        out1, _ = first.communicate(timeout=120)
-    finally:
-        _kill_group(first)
-    assert first.returncode == 130, out1
-    assert "interrupted: rerun the same command to resume" in out1
-    n1 = len(store.trial_files())
-    assert n1 < 10
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):  # Tune stops gracefully
+        proc = _cli(args, penv)
+        _wait_files(store, counts[-1] + 1, proc)
+        proc.send_signal(sig)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            _kill_group(proc)
+        assert proc.returncode == code, out
+        assert "interrupted: rerun the same command to resume" in out
+        assert "Traceback" not in out and "SIGTERM received" not in out, out
+        assert not list(Path(tempfile.gettempdir()).glob(f"ablate-tune-resume-pid{proc.pid}-*"))
+        counts.append(len(store.trial_files()))
+        assert counts[-2] < counts[-1] < 12
 
-    second = _cli(args, penv)  # SIGKILL: nothing runs after it
-    _wait_files(store, n1 + 1, second)
-    os.kill(second.pid, signal.SIGKILL)
-    second.wait(timeout=60)
-    _kill_group(second)
-    n2 = len(store.trial_files())
-    assert n1 < n2 < 10
+    killed = _cli(args, penv)  # SIGKILL: nothing runs after it
+    _wait_files(store, counts[-1] + 1, killed)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=60)
+    _kill_group(killed)
+    n = len(store.trial_files())
+    assert counts[-1] < n < 12
 
-    third = _cli(args, penv)
-    out3, _ = third.communicate(timeout=300)
-    _kill_group(third)
-    assert third.returncode == 0, out3
-    assert f"{n2} skipped" in out3 and "(complete)" in out3
+    last = _cli(args, penv)
+    out, _ = last.communicate(timeout=300)
+    _kill_group(last)
+    assert last.returncode == 0, out
+    assert f"{n} skipped" in out and "(complete)" in out
 
     study_dir = results / "resume"
     for p in (study_dir / "trials").iterdir():  # no torn files: every result file reads
@@ -241,4 +248,4 @@ gpus_per_trial: 0
             assert pq.read_table(p).num_rows == 4
     study, _ = build_study("resume", directory=studies)
     df = _check_one_row_set_per_trial(study, results)
-    assert set(df.status) == {"ok"} and len(df) == 40
+    assert set(df.status) == {"ok"} and len(df) == 48

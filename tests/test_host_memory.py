@@ -40,7 +40,8 @@ def test_a_worker_killed_for_memory_is_a_failed_trial_retried_and_resumed(tmp_pa
     assert "2 trials, 1 run" in summary and "1 failed, 1 retries" in summary, out
     assert MEMORY_KILLED in first and str(results / "oom" / FAILURES) in first
     log = [json.loads(x) for x in (results / "oom" / FAILURES).read_text().splitlines()]
-    assert [(e["attempt"], e["error"]) for e in log] == [(1, MEMORY_KILLED), (2, MEMORY_KILLED)]
+    assert [(e["attempt"], e["error"]) for e in log] == [(1, MEMORY_KILLED), (2, MEMORY_KILLED)], (
+        log, out)
     # the rerun (the hog behaves now) runs only the failed trial, and completes
     assert "1 run, 1 skipped" in rerun.splitlines()[0] and rerun.strip().endswith("exit 0"), out
     assert set(read_trials(results, "oom").status) == {"ok"}
