@@ -44,6 +44,7 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # this checkout's ablate, installed or not
 
 STUDY = """\
 description: tiny COLORS trials for the scale benchmark (benchmarks/bench_scale.py)
