@@ -32,3 +32,22 @@ def ray_env(tmp_path, monkeypatch):
     yield tmp_path
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
+
+
+@pytest.fixture
+def local_cluster():
+    """Makes `ray.cluster_utils.Cluster`s (`local_cluster(num_cpus=2, ...)`: the head's
+    arguments); after the test, the driver's Ray connection and every cluster made stop."""
+    made = []
+
+    def make(**head):
+        from ray.cluster_utils import Cluster
+
+        made.append(Cluster(initialize_head=True, head_node_args=head))
+        return made[-1]
+
+    yield make
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+    for cluster in made:
+        cluster.shutdown()

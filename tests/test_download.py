@@ -362,15 +362,12 @@ def test_a_data_folder_that_is_not_writable(cache, capsys, server, tmp_path, mon
 
 
 def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_cache(
-        server, tmp_path, monkeypatch):
+        server, tmp_path, monkeypatch, local_cluster):
     """Head node without CPUs, two trials at once on a second node whose dataset cache is
     another folder: the driver downloads and prepares once; the node receives the prepared
     file once (not once per trial), through the object store in pieces no larger than the
     chunk size, byte for byte the driver's; it never gets the raw files, never downloads."""
     import math
-
-    import ray
-    from ray.cluster_utils import Cluster
 
     import ablate.data.cache
     from ablate.runner import ship
@@ -390,16 +387,11 @@ def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_ca
                      data={**TINY, "url": server.url}, seeds=[0, 1], seeds_per_trial=1,
                      gpus_per_trial=0)
     study = Study(spec, expand(spec))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cluster = local_cluster(num_cpus=0)
     node = cluster.add_node(num_cpus=2, env_vars={"ABLATE_CACHE": str(node_cache)})
     cluster.wait_for_nodes()
-    try:
-        summary = run_study(study, tmp_path / "results", ray_address=cluster.address,
-                            progress="none")
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.shutdown()
+    summary = run_study(study, tmp_path / "results", ray_address=cluster.address,
+                        progress="none")
     assert summary.exit_code == 0 and summary.ok == 2
     assert len(server.gets) == 4  # the driver's download, once
     assert (driver_cache / "data" / "MNIST" / "raw").is_dir() and not (node_cache / "data").exists()

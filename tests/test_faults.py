@@ -24,7 +24,6 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
 import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from ablate.runner.compose import StudySpec  # noqa: E402
 from ablate.runner.driver import run_study  # noqa: E402
@@ -108,36 +107,31 @@ def test_nan_and_raising_trials_are_recorded_retried_and_reported(env):
     _check_one_row_set_per_trial(study, env / "results")
 
 
-def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env):
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env, local_cluster):
+    cluster = local_cluster(num_cpus=1)
     worker = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
-    try:
-        markers = env / "markers"
-        markers.mkdir()
-        (markers / "hold").write_text(worker.node_id)  # trials on the worker wait to be killed
-        study = _study("nodes", kind="held", fixed={"epochs": 20, "+marker_dir": str(markers)},
-                       seeds=range(8), max_failures=2, data={**TINY, "n_train": 80},
-                       gpus_per_trial=0)
-        results = env / "results"
-        box = {}
-        driver = threading.Thread(target=lambda: box.update(s=run_study(
-            study, results, ray_address=cluster.address, progress="none")))
-        driver.start()
-        store = Store(results, "nodes")
-        deadline = time.time() + 180
-        while not list(markers.glob(f"running-{worker.node_id}-*")):  # a trial on the worker
-            if time.time() > deadline:
-                pytest.fail("no trial ever ran on the worker node")
-            time.sleep(0.05)
-        n_before = len(store.trial_files())
-        cluster.remove_node(worker, allow_graceful=False)
-        driver.join(timeout=300)
-        assert not driver.is_alive()
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.shutdown()
+    markers = env / "markers"
+    markers.mkdir()
+    (markers / "hold").write_text(worker.node_id)  # trials on the worker wait to be killed
+    study = _study("nodes", kind="held", fixed={"epochs": 20, "+marker_dir": str(markers)},
+                   seeds=range(8), max_failures=2, data={**TINY, "n_train": 80},
+                   gpus_per_trial=0)
+    results = env / "results"
+    box = {}
+    driver = threading.Thread(target=lambda: box.update(s=run_study(
+        study, results, ray_address=cluster.address, progress="none")))
+    driver.start()
+    store = Store(results, "nodes")
+    deadline = time.time() + 180
+    while not list(markers.glob(f"running-{worker.node_id}-*")):  # a trial on the worker
+        if time.time() > deadline:
+            pytest.fail("no trial ever ran on the worker node")
+        time.sleep(0.05)
+    n_before = len(store.trial_files())
+    cluster.remove_node(worker, allow_graceful=False)
+    driver.join(timeout=300)
+    assert not driver.is_alive()
 
     s = box["s"]
     assert s.exit_code == 0 and s.ok == 8 and not s.failed and n_before < 8
@@ -150,19 +144,13 @@ def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env):
     assert "died" in log or "node" in log.lower()
 
 
-def test_fake_gpus_run_four_quarter_gpu_trials_at_once(env):
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 1})
-    try:
-        study = _study("gpus", kind="barrier", seeds=range(4), gpus_per_trial=0.25,
-                       cpus_per_trial=1, fixed={"+parties": 4,
-                                                "+marker_dir": str(env / "barrier")})
-        s = run_study(study, env / "results", ray_address=cluster.address, progress="none")
-        ray.init(address=cluster.address)
-        auto = gpus_per_trial("auto")
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.shutdown()
+def test_fake_gpus_run_four_quarter_gpu_trials_at_once(env, local_cluster):
+    cluster = local_cluster(num_cpus=4, num_gpus=1)
+    study = _study("gpus", kind="barrier", seeds=range(4), gpus_per_trial=0.25,
+                   cpus_per_trial=1, fixed={"+parties": 4, "+marker_dir": str(env / "barrier")})
+    s = run_study(study, env / "results", ray_address=cluster.address, progress="none")
+    ray.init(address=cluster.address)
+    auto = gpus_per_trial("auto")
     assert s.exit_code == 0 and s.ok == 4
     df = read_trials(env / "results", "gpus")
     assert len(df) == 4 and set(df.status) == {"ok"}

@@ -47,12 +47,10 @@ def test_a_worker_killed_for_memory_is_a_failed_trial_retried_and_resumed(tmp_pa
     assert set(read_trials(results, "oom").status) == {"ok"}
 
 
-def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, monkeypatch):
+def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, monkeypatch,
+                                                                      local_cluster):
     """A node with 3 CPUs but memory for two of the trials: Ray assigns each trial the memory
     its pack declared and never runs three at once."""
-    import ray
-    from ray.cluster_utils import Cluster
-
     from ablate.data import load_graphsets
     from ablate.runner.compose import StudySpec
     from ablate.runner.driver import run_study
@@ -69,15 +67,9 @@ def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, m
     load_graphsets("colors", **data)  # prepared: the footprint is known
     need = trials_memory([study.trials[0]])
     assert need and all(trials_memory([t]) == need for t in study.trials)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3,
-                                                            "memory": int(2.5 * need)})
-    try:
-        summary = run_study(study, ray_env / "results", ray_address=cluster.address,
-                            progress="none")
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.shutdown()
+    cluster = local_cluster(num_cpus=3, memory=int(2.5 * need))
+    summary = run_study(study, ray_env / "results", ray_address=cluster.address,
+                        progress="none")
     assert summary.exit_code == 0 and summary.ok == 4
     rows = read_trials(ray_env / "results", "mem")
     assert set(rows.assigned_memory) == {float(need)}
