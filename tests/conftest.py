@@ -30,6 +30,10 @@ def ray_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests), str(tests.parent)]))
     monkeypatch.syspath_prepend(str(tests))
     yield tmp_path
+    _stop_drivers_ray()
+
+
+def _stop_drivers_ray() -> None:
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
 
@@ -47,7 +51,6 @@ def local_cluster():
         return made[-1]
 
     yield make
-    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        sys.modules["ray"].shutdown()
+    _stop_drivers_ray()
     for cluster in made:
         cluster.shutdown()

@@ -150,7 +150,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         display.step("starting Ray" if not address else "joining Ray")
         started = ray_start.wait()
         summary.timings["ray_start"] = ray_start.seconds
-        with _sigterm_as_interrupt(summary):
+        with _sigterm_as_interrupt(summary), handlers_kept_through_tune():
             _run_tune(study, todo, splits, store, summary,
                       embedded=started and not address, display=display,
                       stream=stream, t_start=t_start)
@@ -185,12 +185,10 @@ def _stop_ray(ray_start: RayStarter, summary: Summary, embedded: bool) -> None:
 
 class _sigterm_as_interrupt:
     """While Tune runs, SIGTERM (timeout, docker stop, batch schedulers) stops the study the
-    way Ctrl-C does: trials in flight end, what finished is kept, a rerun resumes. After it,
-    SIGINT's handler is the one from before (`handlers_kept_through_tune`)."""
+    way Ctrl-C does: trials in flight end, what finished is kept, a rerun resumes."""
 
     def __init__(self, summary: Summary):
         self.summary, self.previous = summary, None
-        self.kept = handlers_kept_through_tune()
 
     def _handler(self, signum, frame) -> None:
         import signal
@@ -202,7 +200,6 @@ class _sigterm_as_interrupt:
         import signal
         import threading
 
-        self.kept.__enter__()
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, self._handler)
         return self
@@ -212,7 +209,6 @@ class _sigterm_as_interrupt:
 
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
-        self.kept.__exit__(None, None, None)
 
 
 def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,
