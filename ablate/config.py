@@ -161,8 +161,8 @@ def resolve(cfg: TrialConfig) -> TrialConfig:
     gin_like = cfg.backbone in ("gin", "chebygin")
     cheby = cfg.backbone in ("chebynet", "chebygin", "chebygin_ref")
     K = cfg.K if cfg.K is not None else (r["K"] if cheby else 1)
-    if cfg.dataset == "collab" and cfg.K is None and cheby:
-        K = 3
+    if cfg.dataset in ("collab", "dd") and cfg.K is None and cheby:
+        K = 3  # the authors' COLLAB and D&D commands: ChebyNet, -K 3 (scripts/jobs.txt)
     if cfg.backbone == "chebygin_ref":  # the dataset's reference script (SPEC §3 notes)
         agg = cfg.aggregation or r["chebygin_ref"]["aggregation"]
         hidden = cfg.hidden if cfg.hidden is not None else r["chebygin_ref"]["hidden"]

@@ -297,7 +297,7 @@ def test_tu_inductive_split_with_node_labels(tmp_path):
 
 def test_tu_degree_features_and_collab(tmp_path, monkeypatch):
     _write_tu(tmp_path / "COLLAB", "COLLAB", node_labels=False)
-    s = tu.collab(str(tmp_path), max_train_nodes=8, n_train_val=10, val_fraction=0.2)
+    s = tu.collab(str(tmp_path), max_train_nodes=8, n_train_val=5, val_fraction=0.2)
     assert "test_orig" not in s  # all 5 small graphs used for train/val
     assert len(s["train"]) + len(s["val"]) == 5 and len(s["test_large"]) == 7
     for gs in s.values():
@@ -311,7 +311,7 @@ def test_tu_degree_features_and_collab(tmp_path, monkeypatch):
     from ablate.data import load_graphsets
 
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    r = load_graphsets("collab", path=str(tmp_path), max_train_nodes=8, n_train_val=10,
+    r = load_graphsets("collab", path=str(tmp_path), max_train_nodes=8, n_train_val=5,
                        val_fraction=0.2)
     np.testing.assert_array_equal(np.asarray(r["test_large"].x), np.asarray(s["test_large"].x))
 

@@ -58,9 +58,9 @@ RECIPES_BEFORE = {
     ("digits_sp", (("final", True), ("gt", "any"), *EARLIER)): "d5154f477e1dbfab",
     ("mnist_sp", (("final", True), *EARLIER)): "c27c5d10ef1a3e97",
     ("mnist_sp", (("final", True), ("gt", "any"), *EARLIER)): "f2a356049b654bdc",
-    ("proteins", (("final", True), ("split_seed", 0))): "48c8290d2a46f6f0",
-    ("dd", (("final", True), ("split_seed", 3))): "366100ae428f8666",
-    ("collab", (("final", True), ("split_seed", 9))): "65fa0e1905106eff",
+    ("proteins", (("final", True), ("split", "earlier"), ("split_seed", 0))): "48c8290d2a46f6f0",
+    ("dd", (("final", True), ("split", "earlier"), ("split_seed", 3))): "366100ae428f8666",
+    ("collab", (("final", True), ("split", "earlier"), ("split_seed", 9))): "65fa0e1905106eff",
 }
 # the recipes of issue 26 (SLIC as scikit-image 0.15, the authors' noise scale): docs/recipes.md
 RECIPES_ISSUE26 = {
@@ -70,10 +70,24 @@ RECIPES_ISSUE26 = {
     ("mnist_sp", (("final", True), ("gt", "any"))): "653203162aedd377",
 }
 
+# the TU recipes of issue 33 (the authors' split rule, split=authors): new data, new hashes;
+# the rule before is split=earlier, which keeps its hash (RECIPES_BEFORE)
+RECIPES_ISSUE33 = {
+    ('proteins', (('final', True), ('split_seed', 0))): "e20f1950404473e5",
+    ('dd', (('final', True), ('split_seed', 3))): "6b515c4bdc8e9c36",
+    ('dd', (('final', True), ('max_train_nodes', 300), ('split_seed', 3))): "1eb1f711142a16e2",
+    ('collab', (('final', True), ('split_seed', 9))): "dfc0aafd3c3ade60",
+}
+
 
 @pytest.mark.parametrize("name,params", list(RECIPES_BEFORE))
 def test_recipe_hashes_are_those_before_the_storage_change(name, params):
     assert dataset_recipe_hash(name, dict(params)) == RECIPES_BEFORE[(name, params)]
+
+
+@pytest.mark.parametrize("name,params", list(RECIPES_ISSUE33))
+def test_tu_recipe_hashes_of_issue_33(name, params):
+    assert dataset_recipe_hash(name, dict(params)) == RECIPES_ISSUE33[(name, params)]
 
 
 @pytest.mark.parametrize("name,params", list(RECIPES_ISSUE26))

@@ -54,7 +54,8 @@ def test_tu_study_is_the_reference_recipe():
 
     study, _ = build_study("tu", ["data.path=/data"])
     cfgs = [t.config for t in study.trials]
-    arch = {"proteins": ("gcn", 1, (2,)), "dd": ("gcn", 1, (2,)), "collab": ("chebynet", 3, (3,))}
+    # the authors' commands: PROTEINS -K 1; D&D and COLLAB -K 3 (ChebyNet, mean, no hidden)
+    arch = {"proteins": ("gcn", 1, (2,)), "dd": ("chebynet", 3, (2,)), "collab": ("chebynet", 3, (3,))}
     for c in cfgs:
         backbone, K, pool = arch[c.dataset]
         assert (c.backbone, c.K, c.aggregation, c.hidden) == (backbone, K, "mean", 0)
@@ -62,8 +63,10 @@ def test_tu_study_is_the_reference_recipe():
         assert (c.epochs, c.lr_decay_epochs) == (50, (25, 35, 45))
         assert c.pool_layers in ((), pool)
         assert dict(c.data_params)["final"] is True  # reported models train on train + val
-    rows = {(c.dataset, c.supervision if c.pool_layers else "global") for c in cfgs}
-    assert rows == {(d, r) for d in arch for r in ("global", "weak")}
+    rows = {(c.dataset, dict(c.data_params).get("max_train_nodes"),
+             c.supervision if c.pool_layers else "global") for c in cfgs}
+    splits = {"proteins": [None], "dd": [None, 300], "collab": [None]}  # D&D-200 and D&D-300
+    assert rows == {(d, n, r) for d in arch for n in splits[d] for r in ("global", "weak")}
     assert len({c.seeds for c in cfgs}) == 10
 
 
@@ -76,7 +79,8 @@ def test_tu_study_draws_a_split_per_seed_and_keeps_collab_init():
     for dataset in ("proteins", "dd", "collab"):
         rows = [t for t in study.trials if t.dataset == dataset]
         assert all(dict(t.data_params)["split_seed"] == t.config.seeds[0] for t in rows)
-        assert len({t.data_hash for t in rows}) == 10 and all(len(t.config.seeds) == 1 for t in rows)
+        n_splits = 20 if dataset == "dd" else 10  # D&D-200 and D&D-300: a split per seed each
+        assert len({t.data_hash for t in rows}) == n_splits and all(len(t.config.seeds) == 1 for t in rows)
     weak = {t.dataset: t.config.init_dist for t in study.trials if t.config.pool_layers}
     assert weak == {"proteins": "normal", "dd": "normal", "collab": "default"}
     fixed, _ = build_study("tu", ["data.split_seed=111"])  # one split for all: still possible

@@ -71,6 +71,10 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
         from ablate.data import mnist
 
         mnist.check_choices(resolved["gt"], resolved["slic"], resolved["noise"])
+    if name in TU_NAMES:
+        from ablate.data import tu
+
+        tu.check_split(resolved["split"])
     if resolved.get("url") is not None:
         resolved["url"] = download.check_url(resolved["url"])
     return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
@@ -97,6 +101,12 @@ def _hashable(name: str, params: dict) -> dict:
     A MNIST-75SP / digits recipe with every parameter of `EARLIER_MNIST` at its earlier value
     makes the data of before issue 26 and keeps its hash (`SAME_DATA_EARLIER`)."""
     key = {k: v for k, v in params.items() if k not in ("path", "url")}
+    if name in TU_NAMES and key.get("split") == "earlier":  # the split rule before issue 33
+        del key["split"]
+        if key.get("n_train_val") is None:
+            key["n_train_val"] = EARLIER_TU_N_TRAIN_VAL[name]
+        key["_code"] = _generator_digest(name, earlier=True)
+        return key
     if name in ("mnist_sp", "digits_sp") and all(key.get(k) == v for k, v in EARLIER_MNIST.items()):
         for k in EARLIER_MNIST:
             del key[k]
@@ -112,7 +122,6 @@ def _hashable(name: str, params: dict) -> dict:
 # `tests/test_data_storage.py` pins the recipe hashes and checks the values are unchanged.
 # (MNIST-75SP and digits changed their data in issue 26: their entry went, see below.)
 SAME_DATA: dict[str, str] = {
-    "cd69fd5954cd": "a92a47d7eba2",  # collab
     "7c426bbd7cbc": "76c53eee43db",  # colors
     "a1c72c4ff181": "c447f7061c65",  # triangles
 }
@@ -125,7 +134,14 @@ SAME_DATA: dict[str, str] = {
 EARLIER_MNIST: dict[str, str] = {"slic": "v0.19", "noise": "nodes"}
 SAME_DATA_EARLIER: dict[str, str] = {
     "8b68ba1e3dc4": "bbe564b4693d",  # mnist_sp and digits_sp (one source)
+    "8f1052e31de1": "a92a47d7eba2",  # proteins, dd, collab with split=earlier (one source)
 }
+
+# Issue 33 made the TU split the authors' rule (`split=authors`: their shuffle and 500 / 1,000
+# training graphs). `split=earlier` is the rule before; its recipes hash as they did (the
+# parameter left out, n_train_val at its earlier default), so their trial ids stay.
+TU_NAMES = ("proteins", "dd", "collab")
+EARLIER_TU_N_TRAIN_VAL = {"proteins": 500, "dd": 462, "collab": 500}
 
 
 @functools.cache

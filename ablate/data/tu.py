@@ -6,9 +6,16 @@ directory (`read_tu`, PyG's `read_tu_data` semantics with a C parser), looked up
 `path`, `path/NAME` and `path/NAME/raw` (the files are fetched first when missing,
 `ablate.data.download`).
 
-Splits:
-- "train"/"val": up to `n_train_val` graphs with N <= max_train_nodes, taken in
-  a seeded shuffle; the first round(val_fraction * n) of them are "val".
+Splits (`split_ids`):
+- "train"/"val": graphs with N <= max_train_nodes, taken in a seeded shuffle. With
+  `split="authors"` (the default) the shuffle and the count are the authors' rule
+  (`graphdata.py`, `DataReader.split_ids_shape`): NumPy's `RandomState(split_seed)
+  .permutation` over the small graphs, and 500 of them (1,000 where more than 1,000 are
+  small, all of them where fewer than 500 are), so `split_seed=s` is their `--seed_data s`
+  graph for graph. `split="earlier"` is this project's rule before (NumPy `default_rng`
+  shuffle, `n_train_val` 500 / 462 / 500 for PROTEINS / D&D / COLLAB): its recipes keep their
+  hashes and trial ids. An explicit `n_train_val` asks for that many graphs (an error where
+  fewer are small). The first round(val_fraction * n) of them are "val".
 - "test_large": EVERY graph not in train/val, in file order (SPEC: PROTEINS
   1113 - 500 = 613 test graphs with N 4..620, so leftover small graphs are
   tested too).
@@ -43,43 +50,47 @@ from ablate.errors import ConfigError
 def proteins(
     path: str | None = None,
     max_train_nodes: int = 25,
-    n_train_val: int = 500,
+    n_train_val: int | None = None,
     val_fraction: float = 0.1,
     split_seed: int = 111,
     final: bool = False,
+    split: str = "authors",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """PROTEINS: train/val on N <= 25 (500 graphs), test on the other 613 (SPEC 1)."""
     return _load_inductive("PROTEINS", path, max_train_nodes, n_train_val, val_fraction,
-                           split_seed, final)
+                           split_seed, final, split)
 
 
 def dd(
     path: str | None = None,
     max_train_nodes: int = 200,
-    n_train_val: int = 462,
+    n_train_val: int | None = None,
     val_fraction: float = 0.1,
     split_seed: int = 111,
     final: bool = False,
+    split: str = "authors",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
-    """D&D: train/val on N <= 200 (462 graphs), test on the other 716 (SPEC 1)."""
+    """D&D: train/val on N <= 200 (all 462 such graphs), test on the other 716 (SPEC 1);
+    max_train_nodes=300: 500 of the 740 graphs with N <= 300, test on the other 678."""
     return _load_inductive("DD", path, max_train_nodes, n_train_val, val_fraction, split_seed,
-                           final)
+                           final, split)
 
 
 def collab(
     path: str | None = None,
     max_train_nodes: int = 35,
-    n_train_val: int = 500,
+    n_train_val: int | None = None,
     val_fraction: float = 0.1,
     split_seed: int = 111,
     final: bool = False,
+    split: str = "authors",
     progress: bool = False,
 ) -> dict[str, GraphSet]:
     """COLLAB: train/val on N <= 35 (500 graphs), test on the other 4500 (SPEC 1)."""
     return _load_inductive("COLLAB", path, max_train_nodes, n_train_val, val_fraction,
-                           split_seed, final)
+                           split_seed, final, split)
 
 
 def find_tu_folder(name: str, path: str | None) -> Path:
@@ -179,19 +190,61 @@ def _symmetric_edges(a_file: Path, n_nodes: int) -> tuple[np.ndarray, np.ndarray
     return src, key
 
 
-def _load_inductive(name: str, path: str | None, max_train_nodes: int, n_train_val: int,
-                    val_fraction: float, split_seed: int,
-                    final: bool = False) -> dict[str, GraphSet]:
+SPLITS = ("authors", "earlier")
+# n_train_val of the earlier rule, per data set (what `split="earlier"` resolves None to)
+EARLIER_N_TRAIN_VAL = {"PROTEINS": 500, "DD": 462, "COLLAB": 500}
+
+
+def check_split(split: str) -> None:
+    """Refuse an unknown split rule with the valid ones."""
+    if split not in SPLITS:
+        from ablate.errors import choice_error
+
+        raise choice_error("split", split, SPLITS)
+
+
+def split_ids(sizes: np.ndarray, max_train_nodes: int, split_seed: int, n_train_val: int | None = None,
+              split: str = "authors", name: str = "the data set") -> tuple[np.ndarray, np.ndarray]:
+    """Inductive split by node count (SPEC 1): the chosen train/val graph ids (in their shuffled
+    order) and every other graph's id (test). `split="authors"` is the authors' rule
+    (`DataReader.split_ids_shape`: `RandomState(seed).permutation` of the small graphs, the
+    first 500, or 1,000 where more than 1,000 are small); "earlier" is this project's rule
+    before it (a `default_rng(seed)` shuffle, the first `n_train_val`)."""
+    check_split(split)
+    sizes = np.asarray(sizes)
+    small = np.flatnonzero(sizes <= max_train_nodes)
+    if len(small) == 0:
+        raise ConfigError(f"{name} has no graph with at most max_train_nodes={max_train_nodes} "
+                          f"nodes to train on (its smallest has {int(sizes.min())})")
+    if n_train_val is not None and n_train_val < 1:
+        raise ConfigError(f"n_train_val must be >= 1, got {n_train_val}")
+    if n_train_val is not None and n_train_val > len(small):
+        raise ConfigError(f"n_train_val={n_train_val} asks for more training graphs than {name} has "
+                          f"with at most max_train_nodes={max_train_nodes} nodes ({len(small)})")
+    if split == "authors":
+        n = n_train_val if n_train_val is not None else (1000 if len(small) > 1000 else 500)
+        chosen = small[np.random.RandomState(split_seed).permutation(len(small))[:n]]
+    else:  # the earlier rule: its per-data-set count, all small graphs where fewer
+        n = n_train_val if n_train_val is not None else EARLIER_N_TRAIN_VAL.get(name, 500)
+        chosen = np.random.default_rng(split_seed).permutation(small)[:n]
+    test = np.setdiff1d(np.arange(len(sizes)), chosen)
+    if len(test) == 0:
+        raise ConfigError(f"max_train_nodes={max_train_nodes} leaves no test graph in {name}: all "
+                          f"{len(sizes)} graphs train; lower max_train_nodes or n_train_val")
+    return chosen, test
+
+
+def _load_inductive(name: str, path: str | None, max_train_nodes: int, n_train_val: int | None,
+                    val_fraction: float, split_seed: int, final: bool = False,
+                    split: str = "authors") -> dict[str, GraphSet]:
     """Inductive split of a TU dataset by node count (SPEC 1, real graph datasets);
     `final`: train on every train/val graph (the reference's final models)."""
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    check_split(split)
     full = read_tu(name, path)
     sizes = full.num_nodes
-    small = np.flatnonzero(sizes <= max_train_nodes)
-    if len(small) == 0:
-        raise ConfigError(f"{name} has no graph with at most {max_train_nodes} nodes to train on")
-    chosen = np.random.default_rng(split_seed).permutation(small)[:n_train_val]
+    chosen, _ = split_ids(sizes, max_train_nodes, split_seed, n_train_val, split, name)
     n_val = int(round(val_fraction * len(chosen)))
     val, train = chosen[:n_val], (chosen if final else chosen[n_val:])
     used = np.zeros(len(full), dtype=bool)

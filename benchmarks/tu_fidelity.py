@@ -1,0 +1,260 @@
+"""TU fidelity: the authors' own TU code and ours on the same real files and the same splits.
+
+    python benchmarks/tu_fidelity.py --authors /path/to/graph_attention_pool \\
+        --rows proteins_global,proteins_weak --seeds 0,1,2 --side both
+    python benchmarks/tu_fidelity.py --rows dd300_global --seeds 0 --side ours --epochs 5
+
+What runs:
+- the authors' side: their unmodified `main.py` (bknyaz/graph_attention_pool, a checkout
+  passed as --authors, fetched by the user; nothing of it is copied into this project) as a
+  subprocess, with the flags of their TU commands (`scripts/jobs.txt`, commit 3a2442d;
+  README's PROTEINS example): `-D TU --n_nodes N --epochs 50 --lr_decay_step 25,35,45
+  -f 64,64,64 --readout max --dropout 0.1`, `-K 1` for PROTEINS, `-K 3 --aggregation mean
+  --n_hidden 0 --test_batch_size 10` for D&D, and for the weak rows `--pool
+  attn_sup_threshold_skip_skip_<t> --pool_arch fc_prev --kl_weight <w> --init normal --scale
+  1` (their 'sup' on TU is weak supervision), without cross-validation (fixed values, as
+  `studies/tu.yaml`), `--seed s --seed_data s`, `--device cpu`.
+  Adapters for today's machines, nothing else: a stand-in `torchvision` module (their code
+  imports it for MNIST only; PyPI's torchvision does not load beside this torch build), and
+  the raw TU text files unzipped into a scratch folder per data set (their reader writes its
+  `data.pkl` cache there).
+- our side: `ablate.trial.graph.run_trial` on the same files (`data.path=`), the `tu` study's
+  recipe of the row, `split_seed=s`, `final: true`, seed s.
+- the split: ours (`split=authors`, the default) draws the train/val graphs with NumPy's
+  `RandomState(s).permutation` over the small graphs, 500 of them (1,000 where more than 1,000
+  are small), as their `DataReader.split_ids_shape`; the script checks, per dataset and seed,
+  that their function (imported from the checkout) gives the same train and test ids as ours.
+
+Each (side, row, seed) is a JSON line in --out: test accuracy (%), train accuracy, seconds,
+peak RSS, the train / test counts and the split check. `--summary` prints mean +- std per side
+and row, and a two-sample test (Welch's t and Mann-Whitney U, both directions) of the two
+sides' seeds per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "tu"
+
+# row -> (TU name, max_train_nodes, our TrialConfig fields, the authors' extra flags)
+WEAK = dict(threshold=0.001, kl_weight=1.0, scorer="fc", init_dist="normal")
+ROWS: dict[str, tuple[str, int, dict, list[str]]] = {
+    "proteins_global": ("PROTEINS", 25, dict(dataset="proteins", backbone="gcn", pool_layers=()), []),
+    "proteins_weak": ("PROTEINS", 25, dict(dataset="proteins", backbone="gcn", pool_layers=(2,),
+                                           supervision="weak", **WEAK), ["weak"]),
+    "dd200_global": ("DD", 200, dict(dataset="dd", backbone="chebynet", pool_layers=()), []),
+    "dd200_weak": ("DD", 200, dict(dataset="dd", backbone="chebynet", pool_layers=(2,),
+                                   supervision="weak", **WEAK), ["weak"]),
+    "dd300_global": ("DD", 300, dict(dataset="dd", backbone="chebynet", pool_layers=()), []),
+    "dd300_weak": ("DD", 300, dict(dataset="dd", backbone="chebynet", pool_layers=(2,),
+                                   supervision="weak", **WEAK), ["weak"]),
+}
+TORCHVISION_STANDIN = '''"""Stand-in for torchvision: the authors' code imports it for MNIST only."""
+import types
+class _MNIST:  # graphdata.MNIST subclasses torchvision.datasets.MNIST
+    pass
+datasets = types.SimpleNamespace(MNIST=_MNIST)
+transforms = types.SimpleNamespace(ToTensor=lambda: None)
+'''
+
+
+def unzip(name: str, zips: Path, scratch: Path) -> Path:
+    """The raw text files of `name` in `scratch/name` (what their DataReader lists)."""
+    out = scratch / name
+    if not (out / f"{name}_A.txt").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(zips / f"{name}.zip") as z:
+            for member in z.namelist():
+                base = Path(member).name
+                if base.startswith(f"{name}_") and base.endswith(".txt"):
+                    (out / base).write_bytes(z.read(member))
+    return out
+
+
+def standin_path(scratch: Path) -> Path:
+    folder = scratch / "standins"
+    (folder / "torchvision").mkdir(parents=True, exist_ok=True)
+    (folder / "torchvision" / "__init__.py").write_text(TORCHVISION_STANDIN)
+    return folder
+
+
+def authors_split(authors: Path, scratch: Path, sizes: np.ndarray, n_nodes: int,
+                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Train/val and test ids by the authors' own `DataReader.split_ids_shape` (their checkout)."""
+    for p in (str(standin_path(scratch)), str(authors)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import graphdata  # the authors' module
+
+        reader = graphdata.DataReader.__new__(graphdata.DataReader)
+        reader.rnd_state = np.random.RandomState(seed)
+        _, _, train_val, test = reader.split_ids_shape(np.arange(len(sizes)), sizes, n_nodes, folds=0)
+    return np.sort(train_val), np.sort(test)
+
+
+def our_split(name: str, folder: Path, n_nodes: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Node counts of every graph and our train/val and test ids (ablate.data.tu)."""
+    from ablate.data import tu
+
+    full = tu.read_tu(name, str(folder))
+    train_val, test = tu.split_ids(full.num_nodes, n_nodes, seed)
+    return full.num_nodes, np.sort(train_val), np.sort(test)
+
+
+def run_authors(row: str, seed: int, authors: Path, folder: Path, scratch: Path, epochs: int,
+                log_dir: Path) -> dict:
+    name, n_nodes, cfg, extra = ROWS[row]
+    decay = ",".join(str(e) for e in (25, 35, 45) if e < epochs) or str(epochs + 1)
+    cmd = [sys.executable, "main.py", "-D", "TU", "--seed", str(seed), "--seed_data", str(seed),
+           "--n_nodes", str(n_nodes), "--epochs", str(epochs), "--lr_decay_step", decay,
+           "-f", "64,64,64", "--readout", "max", "--dropout", "0.1", "--device", "cpu",
+           "--results", "None", "--threads", "0", "--cv_folds", "5", "--cv_threads", "1",
+           "--data_dir", str(folder)]
+    if name == "PROTEINS":
+        cmd += ["-K", "1", "--test_batch_size", "100"]
+    else:
+        cmd += ["-K", "3", "--aggregation", "mean", "--n_hidden", "0", "--test_batch_size", "10"]
+    if "weak" in extra:
+        cmd += ["--pool", f"attn_sup_threshold_skip_skip_{cfg['threshold']}", "--pool_arch", "fc_prev",
+                "--kl_weight", str(cfg["kl_weight"]), "--init", "normal", "--scale", "1"]
+    env = {**os.environ, "PYTHONPATH": str(standin_path(scratch)), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    t0 = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd] if Path("/usr/bin/time").exists() else cmd,
+                          cwd=authors, env=env, capture_output=True, text=True)
+    secs = time.perf_counter() - t0
+    log = log_dir / f"authors_{row}_seed{seed}.log"
+    log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the authors' main.py failed (exit {proc.returncode}); see {log}")
+    tests = re.findall(r"Test set \(epoch (\d+)\).*?Acc metric: (\d+)/(\d+) \(([\d.]+)%\)", proc.stdout)
+    trains = re.findall(r"Train set \(epoch (\d+)\).*?Acc metric: (\d+)/(\d+) \(([\d.]+)%\)", proc.stdout)
+    epoch, correct, n_test, acc = tests[-1]
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    return {"test_acc": float(acc), "test_correct": int(correct), "n_test": int(n_test),
+            "train_acc": float(trains[-1][3]) if trains else None, "epochs": int(epoch),
+            "seconds": round(secs, 1), "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None,
+            "log": str(log)}
+
+
+def run_ours(row: str, seed: int, folder: Path, epochs: int) -> dict:
+    import torch
+
+    from ablate.config import TrialConfig
+    from ablate.trial.graph import run_trial
+
+    torch.set_num_threads(1)
+    name, n_nodes, cfg, _ = ROWS[row]
+    data = dict(path=str(folder.parent), max_train_nodes=n_nodes, split_seed=seed, final=True)
+    tc = TrialConfig(study="tu_fidelity", seeds=(seed,), data_params=data, epochs=epochs,
+                     loo_auc=False, device="cpu", **cfg)
+    t0 = time.perf_counter()
+    recs = run_trial(tc)
+    secs = time.perf_counter() - t0
+    by = {r["split"]: r for r in recs}
+    test = by["test_large"]
+    return {"test_acc": round(100 * test["accuracy"], 2), "n_test": int(test.get("n_graphs") or 0),
+            "train_acc": round(100 * by["train"]["accuracy"], 2) if "train" in by else None,
+            "epochs": epochs, "seconds": round(secs, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "status": test.get("status")}
+
+
+def summary(path: Path) -> None:
+    from scipy import stats
+
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["row"], r["side"]), []).append(r["test_acc"])
+    print(f"{'row':16s} {'side':8s} {'n':>3s} {'mean':>7s} {'std':>6s}  seeds")
+    for (row, side), accs in sorted(groups.items()):
+        print(f"{row:16s} {side:8s} {len(accs):3d} {np.mean(accs):7.2f} {np.std(accs):6.2f}  "
+              + " ".join(f"{a:.1f}" for a in accs))
+    print("\ntwo-sample tests, ours vs the authors' code (p-values)")
+    for row in sorted({r for r, _ in groups}):
+        a, b = groups.get((row, "ours")), groups.get((row, "authors"))
+        if not a or not b or len(a) < 2 or len(b) < 2:
+            continue
+        t = stats.ttest_ind(a, b, equal_var=False)
+        less = stats.mannwhitneyu(a, b, alternative="less").pvalue
+        greater = stats.mannwhitneyu(a, b, alternative="greater").pvalue
+        print(f"{row:16s} Welch t={t.statistic:+.2f} p={t.pvalue:.3f}; Mann-Whitney ours<authors "
+              f"p={less:.3f}, ours>authors p={greater:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--authors", type=Path, help="checkout of bknyaz/graph_attention_pool")
+    ap.add_argument("--zips", type=Path, default=FIXTURES, help="folder with PROTEINS.zip, DD.zip")
+    ap.add_argument("--rows", default="proteins_global,proteins_weak")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--side", choices=["authors", "ours", "both"], default="both")
+    ap.add_argument("--epochs", type=int, default=50)
+    ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "tu_fidelity")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tu_fidelity.jsonl")
+    ap.add_argument("--summary", action="store_true", help="print the table of --out and exit")
+    args = ap.parse_args()
+    if args.summary:
+        summary(args.out)
+        return
+    if args.side != "ours" and (args.authors is None or not (args.authors / "main.py").is_file()):
+        ap.error("--authors must name a checkout of bknyaz/graph_attention_pool (main.py)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    log_dir = args.out.parent / "logs"
+    log_dir.mkdir(exist_ok=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip())
+    sides = ["authors", "ours"] if args.side == "both" else [args.side]
+    done = set()  # (row, side, seed) already in --out: a rerun resumes
+    if args.out.is_file():
+        done = {(r["row"], r["side"], r["seed"]) for r in map(json.loads, args.out.read_text().splitlines())}
+    for row in args.rows.split(","):
+        name, n_nodes, _, _ = ROWS[row]
+        folder = unzip(name, args.zips, args.scratch)
+        for seed in (int(s) for s in args.seeds.split(",")):
+            sizes, ours_tv, ours_test = our_split(name, folder, n_nodes, seed)
+            same = None
+            if args.authors is not None:
+                theirs_tv, theirs_test = authors_split(args.authors, args.scratch, sizes, n_nodes, seed)
+                same = bool(np.array_equal(theirs_tv, ours_tv) and np.array_equal(theirs_test, ours_test))
+            for side in sides:
+                if (row, side, seed) in done and args.epochs == 50:
+                    continue
+                res = (run_authors(row, seed, args.authors, folder, args.scratch, args.epochs, log_dir)
+                       if side == "authors" else run_ours(row, seed, folder, args.epochs))
+                rec = {"row": row, "side": side, "seed": seed, "n_train": len(ours_tv),
+                       "same_split": same, **res, "git_sha": sha, "git_dirty": dirty,
+                       "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                       "command": " ".join(sys.argv)}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                print(json.dumps({k: rec[k] for k in ("row", "side", "seed", "test_acc", "train_acc",
+                                                      "seconds", "peak_rss_mb", "same_split")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
