@@ -40,7 +40,7 @@ def gnn_section(ctx: Context) -> Section:
     if "data_params" in ok.columns:
         dp = ok[["dataset", "data_params"]].drop_duplicates()
         reduced = {d for d, p in zip(dp["dataset"].tolist(), dp["data_params"].tolist())
-                   if p not in ("", "{}") and not follows_reference(json.loads(p))}
+                   if p not in ("", "{}") and not follows_reference(json.loads(p), d)}
     notes = []
     named = [f"{r} vs {c.baseline} ({c.axis})" for r in ctx.rows for c in comps.get(r, [])]
     if named:

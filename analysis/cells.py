@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.formatting import TEST_SPLITS
-from analysis.reference import AUC_COLUMN, AUC_SPLIT, POOLED_AUC, reference
+from analysis.reference import AUC_COLUMN, AUC_SPLIT, POOLED_AUC, reference, train_nodes
 from analysis.variants import Comparison
 
 ALPHA = 0.05  # significance level of the markers (Holm-adjusted sign-flip p)
@@ -60,7 +60,7 @@ def columns_of(obs: pd.DataFrame) -> dict[str, list[str]]:
 CELL_COLUMNS = ["row", "variant", "dataset", "column", "n", "seeds", "mean", "std", "ci_lo",
                 "ci_hi", "baseline", "axis", "base_value", "value", "primary", "n_pairs", "delta",
                 "delta_lo", "delta_hi", "p", "p_holm", "paper", "paper_std", "paper_source",
-                "diff_paper", "best"]
+                "diff_paper", "best", "train_nodes"]
 
 
 def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows: list[str],
@@ -76,6 +76,7 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
         level=["row", "dataset", "column"], sort=False)}
     pairs = obs[["row", "variant"]].drop_duplicates()
     variant_of = dict(zip(pairs["row"].tolist(), pairs["variant"].tolist()))
+    nodes_of = _train_nodes_of(ok)
     for (row, dset, col), g in obs.groupby(["row", "dataset", "column"], sort=False):
         v = g["value"].to_numpy(dtype=float)
         mean, std = stats.mean_std(v)
@@ -87,7 +88,8 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
                 "std": std, "ci_lo": lo, "ci_hi": hi,
                 "paper": ref.mean if ref else math.nan,
                 "paper_std": ref.std if ref and ref.std is not None else math.nan,
-                "paper_source": ref.source if ref else ""}
+                "paper_source": ref.source if ref else "",
+                "train_nodes": nodes_of.get((row, dset))}
         comps = comparisons.get(row) or [None]
         for i, comp in enumerate(comps):
             recs.append({**cell, **_compare(comp, seeds_of, (row, dset, col), n_boot),
@@ -106,6 +108,25 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
     out = out.sort_values(["_r", "dataset", "_c", "primary"], ascending=[True, True, True, False],
                           kind="stable")
     return out[CELL_COLUMNS].reset_index(drop=True)
+
+
+def _train_nodes_of(ok: pd.DataFrame) -> dict[tuple[str, str], int | None]:
+    """(row, dataset) -> the TU split's max_train_nodes, where the row has one (None: mixed)."""
+    if "data_params" not in ok.columns or "row" not in ok.columns:
+        return {}
+    import json
+
+    out: dict[tuple[str, str], int | None] = {}
+    pairs = ok[["row", "dataset", "data_params"]].drop_duplicates()
+    for row, dset, params in pairs.itertuples(index=False):
+        try:
+            parsed = json.loads(params) if params not in ("", "nan") else {}
+        except ValueError:
+            parsed = {}
+        n = train_nodes(str(dset), parsed if isinstance(parsed, dict) else {})
+        key = (row, str(dset))
+        out[key] = n if out.get(key, n) == n else None
+    return out
 
 
 def _compare(comp: Comparison | None, seeds_of: dict, key: tuple, n_boot: int) -> dict:

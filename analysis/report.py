@@ -33,7 +33,7 @@ from analysis.overview import DESCRIBED_AXES, Overview, overview, rows_missing_s
 from analysis.render import CSS, METHOD, StudyReport, render_html, render_markdown, summarise
 from analysis.sections import SECTIONS, Context, Section, SectionFn, SectionSpec, register_section
 from analysis.timings import LAST_TIMINGS, timed
-from analysis.variants import add_rows, add_variant, row_axes, row_order
+from analysis.variants import add_data_axes, add_rows, add_variant, row_axes, row_order
 
 __all__ = [
     "CSS", "DESCRIBED_AXES", "DESCRIPTION", "LAST_TIMINGS", "METHOD", "SECTIONS", "Context",
@@ -64,7 +64,7 @@ def build_study(study: Study, out: Path, n_boot: int, figures: bool,
         if ok.empty:
             continue
         with timed("labels"):
-            ok = add_variant(ok)
+            ok = add_data_axes(add_variant(ok))
             axes = row_axes(ok)
             ok = add_rows(ok, axes)
             rows = row_order(ok)

@@ -39,7 +39,7 @@ from analysis.formatting import (
     fmt_pm,
 )
 from analysis.load import layer_columns
-from analysis.reference import LOG_SOURCE, SDC_REFERENCE, logged
+from analysis.reference import LOG_SOURCE, NOTEBOOK_SOURCE, PAPER_TU_SOURCE, SDC_REFERENCE, logged
 from analysis.table_render import MAX_HTML_COLUMNS, Table
 
 __all__ = [
@@ -103,7 +103,9 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
     lines = []
     for _, x in primary(cells).iterrows():
         refs = [(x["paper"], x["paper_std"], x["paper_source"])] if np.isfinite(x["paper"]) else []
-        log = logged(x["variant"], x["dataset"], x["column"])
+        nodes = x.get("train_nodes")
+        log = logged(x["variant"], x["dataset"], x["column"],
+                     None if nodes is None or nodes != nodes else int(nodes))
         if log is not None:
             refs.append((log.mean, math.nan, log.source))
         lines += [{**x.to_dict(), "paper": m, "paper_std": sd, "paper_source": src,
@@ -139,6 +141,13 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
                      "(scripts/mnist_75sp.sh, trained on all 60,000 images, one seed: 111; SPEC "
                      "§5), a source of its own: the paper's clean MNIST-75SP figures come from "
                      "its workshop version, which that code does not reproduce.")
+    if c["paper_source"].isin([PAPER_TU_SOURCE, NOTEBOOK_SOURCE]).any():
+        notes.append(f"TU data (test = every graph not trained on): {PAPER_TU_SOURCE} = the paper's "
+                     "weakly supervised ChebyNet, without a std, whose D&D split (training graphs "
+                     f"N <= 200 or <= 300) is not stated; {NOTEBOOK_SOURCE} = the authors' notebook "
+                     "before their hyper-parameter tuning, per split (its weak D&D-300 model had "
+                     "a hidden attention layer of 32). Two sources of their own; see "
+                     "docs/fidelity.md for the authors' code run here on the same splits.")
     if reduced:
         notes.append("† trained on a dataset recipe that differs from the paper's (data_params): "
                       "not comparable.")

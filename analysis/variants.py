@@ -12,6 +12,7 @@ credited to the one axis that changed.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -79,10 +80,48 @@ class RowAxes:
     pooled: tuple[str, ...]  # continuous axes (> MAX_ROW_VALUES values), pooled in tables
 
 
+DATA_PREFIX = "data."  # a dataset recipe parameter as an axis of its own ("data.max_train_nodes")
+# recipe parameters that never define a row: where the data live, and a split seeded per run
+_DATA_LOCATION = ("path", "url")
+
+
+def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with one `data.KEY` column per dataset recipe parameter (from `data_params`), so a
+    row is named by the parameter that differs ('data.max_train_nodes=300'), not by the whole
+    recipe. Left out: where the data live (path, url) and `split_seed` where it is each run's
+    own seed (`data.split_seed: seed`), which, like the seed, is pooled over."""
+    if "data_params" not in df.columns or df.empty:
+        return df
+    codes, uniques = pd.factorize(df["data_params"].astype(str))
+    parsed = []
+    for text in uniques:
+        try:
+            value = json.loads(text) if text not in ("", "nan") else {}
+        except ValueError:
+            value = {}
+        parsed.append(value if isinstance(value, dict) else {})
+    keys = sorted({k for p in parsed for k in p if k not in _DATA_LOCATION})
+    df = df.copy()
+    for key in keys:
+        col = np.array([_axis_value(p.get(key, "default")) for p in parsed], dtype=object)[codes]
+        if key == "split_seed" and "seed" in df.columns and all(
+                str(v) == str(s) for v, s in zip(col, df["seed"].tolist())):
+            continue  # a split per run: pooled like the seed
+        df[DATA_PREFIX + key] = col
+    return df
+
+
+def _axis_value(v: object) -> object:
+    return json.dumps(v) if isinstance(v, list | dict) else v
+
+
 def row_axes(df: pd.DataFrame) -> RowAxes:
-    """Axes that vary within some (variant, dataset) group of `df`."""
+    """Axes that vary within some (variant, dataset) group of `df` (recipe parameters by their
+    `data.KEY` columns where `add_data_axes` made them, else the whole `data_params`)."""
     split_by, pooled = [], []
-    for axis in ROW_AXES:
+    data_cols = sorted(c for c in df.columns if c.startswith(DATA_PREFIX))
+    candidates = [a for a in ROW_AXES if not (data_cols and a == "data_params")] + data_cols
+    for axis in candidates:
         if axis not in df.columns:
             continue
         per_group = df.groupby(["variant", "dataset"], sort=False)[axis].nunique(dropna=False)
