@@ -122,3 +122,41 @@ def test_a_failed_pack_member_is_retried_alone_and_a_raising_pack_whole(env):
         else:  # raised with the pack, then ok: 2 attempts
             assert set(rows.attempt) == {2} and set(rows.status) == {"ok"}
             assert set(rows.batched_seeds) == {8}  # trained in the whole pack
+
+
+def test_a_retried_pack_never_rewrites_a_member_stored_ok(env):
+    """Two of a pack's four members stored ok, the other two failed; the worker then dies while
+    retrying them, and Tune reruns the whole pack: the two stored files keep their bytes."""
+    study = _study("packkeep", kind="faultypack", seeds=range(4), seeds_per_trial=2,
+                   grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
+                   gpus_per_trial=0,
+                   fixed={"+nan_seed": 1, "+fault": "nan_then_exit",
+                          "+marker_dir": str(env / "markers")})
+    start_ray(None)
+    folder = env / "results" / "packkeep" / "trials"
+    stored: dict[str, bytes] = {}
+    ok_first = sorted(t.trial_id for t in study.trials if 1 not in t.config.seeds)
+
+    from ablate.runner import tune_callback
+
+    write = tune_callback.StoreCallback._write
+
+    def spy(self, tid, rows, *a, **kw):  # the bytes of each ok member's first file
+        out = write(self, tid, rows, *a, **kw)
+        if tid in ok_first and tid not in stored and all(r["status"] == "ok" for r in rows):
+            stored[tid] = (folder / f"{tid}.parquet").read_bytes()
+        return out
+
+    tune_callback.StoreCallback._write = spy
+    try:
+        s = run_study(study, env / "results", progress="none")
+    finally:
+        tune_callback.StoreCallback._write = write
+    assert sorted(stored) == ok_first
+    assert s.exit_code == 0 and s.ok == 4, s
+    df = read_trials(env / "results", "packkeep")
+    for tid in ok_first:  # stored once, at attempt 1, never again
+        assert (folder / f"{tid}.parquet").read_bytes() == stored[tid]
+        assert set(df[df.trial_id == tid].attempt) == {1}
+    failed_first = df[~df.trial_id.isin(ok_first)]
+    assert set(failed_first.status) == {"ok"} and failed_first.attempt.min() >= 2

@@ -33,7 +33,9 @@ class StoreCallback(tune.Callback):
     """Driver-side: write each reported attempt to the store, record failures, drive progress.
 
     A Tune trial runs a pack (`ablate.runner.packing`): every member trial's rows go to its own
-    file, tagged with the pack's id.
+    file, tagged with the pack's id. A member stored `ok` is never written again: when Tune
+    reruns a pack whose worker died (every member trains again, the pack being one model), the
+    rerun's rows of the members already stored ok are dropped.
     """
 
     def __init__(self, store: Store, trials: dict[str, Trial], splits: dict,
@@ -60,6 +62,8 @@ class StoreCallback(tune.Callback):
         pack_id, out = _tid(trial), pickle.loads(blob)
         for m in out["members"]:
             tid = m["trial_id"]
+            if self.final.get(tid) == "ok":  # stored ok before Tune reran its pack: never rewritten
+                continue
             records = m["records"] if m["status"] != "error" else []
             rows = records or self.error_rows(tid, m["status"], m["error"])
             status, error, final = m["status"], m["error"], m.get("final", out["final"])
