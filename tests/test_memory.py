@@ -155,3 +155,24 @@ def test_one_member_that_does_not_fit_names_the_remedy(monkeypatch):
     monkeypatch.setattr(pack_step.PackStep, "run", never)
     with pytest.raises(DeviceMemoryExhausted, match="training one member .*pack_size"):
         run_trial_full(tiny(supervision="sup", epochs=1, seeds=(0, 1)))
+
+
+def test_a_retry_in_smaller_pieces_holds_nothing_of_the_failed_attempt():
+    """The failed attempt's tensors are free before the next piece runs (issue 35: the
+    exception it kept held them through its frames)."""
+    import gc
+    import weakref
+
+    from ablate.trial.memory import in_smaller_pieces
+
+    alive = []
+
+    def step(shrink):
+        big = torch.zeros(1000)  # the attempt's working memory
+        if shrink == 1:
+            alive.append(weakref.ref(big))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        gc.collect()
+        return alive[0]() is None
+
+    assert in_smaller_pieces(step, "evaluation", torch.device("cpu")) is True

@@ -49,18 +49,18 @@ def release_cached(device: torch.device) -> None:
 def in_smaller_pieces(step: Callable[[int], T], what: str, device: torch.device) -> T:
     """`step(shrink)` with shrink = 1, then 4, 16, 64 after each out-of-memory error (the step
     divides its memory budgets by `shrink`); `DeviceMemoryExhausted` when the last fails."""
-    last: BaseException | None = None
+    last = ""
     for shrink in SHRINKS:
         try:
             return step(shrink)
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried
             if not is_out_of_memory(e):
                 raise
-            last = e
-            release_cached(device)
+            last = _first_line(e)  # the text only: the error's frames hold the attempt's tensors
+        release_cached(device)  # outside the handler, the failed attempt's tensors are free
     raise DeviceMemoryExhausted(
         f"{what} ran out of device memory even in pieces 1/{SHRINKS[-1]} of the usual size "
-        f"({_first_line(last)}): {REMEDY}") from last
+        f"({last}): {REMEDY}")
 
 
 def _first_line(e: BaseException | None) -> str:
