@@ -241,3 +241,24 @@ def test_cuda_records_name_the_gpu_and_its_peak_memory():
         assert r["gpu_name"] == torch.cuda.get_device_name()
         assert r["cuda_version"] == torch.version.cuda and r["gpu_driver"]
         assert 0 < r["peak_gpu_mb"] < torch.cuda.get_device_properties(0).total_memory / 2**20
+
+
+@needs_cuda
+def test_cuda_sparsemax_support_holds_with_tf32_on():
+    """TF32 products (allow_tf32) must not move sparsemax's support on CUDA: its running sum
+    runs in float64 (`normalizers.triangular_running_sum`); the CPU's float64 cumsum is the
+    reference (issue 35)."""
+    from ablate.models.normalizers import sparsemax
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(64, 500, generator=g) * 0.05  # close scores: a large support, many ties near tau
+    mask = torch.rand(64, 500, generator=g) > 0.2
+    want = sparsemax(z.double(), mask).float()
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        got = sparsemax(z.cuda(), mask.cuda()).cpu()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert torch.equal(got > 0, want > 0)
+    assert torch.allclose(got, want, atol=1e-6)

@@ -313,3 +313,21 @@ def test_readout_of_a_relu_layer_needs_no_mask(kind):
         grads.append((out.detach(), h.grad))
     assert torch.equal(grads[0][0], grads[1][0])
     assert torch.equal(grads[0][1], grads[1][1])
+
+
+def test_sparsemax_running_sum_of_the_cuda_path_is_float64_whatever_tf32_says():
+    """The CUDA path's running sum (a product with a triangular matrix) runs in float64, so
+    TF32 products (10-bit mantissa) cannot move sparsemax's support (issue 35). Here on the
+    CPU with TF32 allowed: the same values as a float64 cumsum rounded once to float32 (a
+    float32 product differs); on a GPU, benchmarks/gpu_check.py checks it with TF32 on."""
+    from ablate.models.normalizers import triangular_running_sum
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        g = torch.Generator().manual_seed(0)
+        zs = torch.randn(4, 300, generator=g).sort(-1, descending=True).values
+        want = zs.double().cumsum(-1).float()
+        assert torch.equal(triangular_running_sum(zs), want)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -44,9 +44,16 @@ def _running_sum(zs: Tensor) -> Tensor:
     with its fixed workspace. N <= a few thousand nodes: the N x N matrix is small."""
     if not zs.is_cuda:
         return zs.cumsum(-1)
+    return triangular_running_sum(zs)
+
+
+def triangular_running_sum(zs: Tensor) -> Tensor:
+    """`zs.cumsum(-1)` as a product with an upper-triangular matrix of ones, in float64: a
+    float32 product may run in TF32 (10-bit mantissa) where `allow_tf32` is on, which would
+    move sparsemax's support; float64 products never do."""
     N = zs.shape[-1]
-    upper = torch.ones(N, N, dtype=zs.dtype, device=zs.device).triu_()
-    return zs @ upper
+    upper = torch.ones(N, N, dtype=torch.float64, device=zs.device).triu_()
+    return (zs.to(torch.float64) @ upper).to(zs.dtype)
 
 
 def spherical_softmax(z: Tensor, mask: Tensor, eps: float = 1e-12) -> Tensor:
