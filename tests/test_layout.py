@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # floor of each part of the package, bottom first; a module may import its own floor or below
-FLOORS = [("ablate.errors", "ablate.atomic"), ("ablate.data",), ("ablate.models",),
+FLOORS = [("ablate.errors", "ablate.atomic", "ablate.compat"), ("ablate.data",), ("ablate.models",),
           ("ablate.config",), ("ablate.trial",), ("ablate.runner",), ("ablate.run", "ablate.train")]
 
 

@@ -63,8 +63,9 @@ def _grid(shape: tuple[int, int, int], n: int) -> tuple[slice, ...]:
 
 def _cluster(image: np.ndarray, grid: tuple[slice, ...]) -> np.ndarray:
     """SLIC's k-means from the seeds of `grid`: (1, H, W) labels 0..k-1 (not yet connected)."""
-    from skimage.segmentation._slic import _slic_cython
+    from ablate.compat import slic_kernels
 
+    _slic_cython, _ = slic_kernels()
     zyx = np.mgrid[: image.shape[0], : image.shape[1], : image.shape[2]]
     seeds = np.stack([g[grid].ravel() for g in zyx], axis=1)
     segments = np.zeros((len(seeds), 3 + image.shape[3]), np.float64)  # [z, y, x, colour]
@@ -87,8 +88,9 @@ def _sizes(area: int, asked: int, placed: int, rule: str) -> tuple[int, int]:
 
 
 def _connected(labels: np.ndarray, min_size: int, max_size: int) -> np.ndarray:
-    from skimage.segmentation._slic import _enforce_label_connectivity_cython
+    from ablate.compat import slic_kernels
 
+    _, _enforce_label_connectivity_cython = slic_kernels()
     return _enforce_label_connectivity_cython(labels, min_size, max_size, start_label=0)
 
 

@@ -78,10 +78,9 @@ def _silence_raylet_messages() -> None:
     The runner records every lost worker itself (store rows, failures.jsonl), and
     the user asked for one progress display. Other Ray output is unaffected.
     """
-    try:
-        from ray._private import worker as ray_worker
-    except ImportError:
-        return
+    from ablate.compat import ray_worker as private_worker
+
+    ray_worker = private_worker()
     original = ray_worker.print_to_stdstream
     if getattr(original, "_ablate_quiet", False):
         return
@@ -144,13 +143,10 @@ SESSION_MARK = "ablate_driver_pid"  # in an embedded Ray's session folder: the d
 
 def _session_dir() -> Path | None:
     """The session folder of the Ray this process started or joined, if any."""
-    try:
-        from ray._private import worker as ray_worker
+    from ablate.compat import ray_worker
 
-        node = ray_worker._global_node
-        return Path(node.get_session_dir_path()) if node is not None else None
-    except (ImportError, AttributeError):
-        return None
+    node = getattr(ray_worker(), "_global_node", None)
+    return Path(node.get_session_dir_path()) if node is not None else None
 
 
 def mark_session() -> Path | None:

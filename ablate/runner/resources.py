@@ -74,26 +74,13 @@ def pack_memory(pack: Pack) -> int | None:
 
 def node_memory_estimate() -> int:
     """Ray's ``memory`` resource of an embedded Ray started now on this machine: available
-    memory less the object store, as Ray computes them (an approximation where Ray's helpers
-    are missing: 70% of MemAvailable)."""
-    try:
-        from ray._private import utils
+    memory less the object store, as Ray computes them (Ray's private helpers, through
+    `ablate.compat`)."""
+    from ablate.compat import ray_utils
 
-        available = utils.estimate_available_memory()
-        return int(available - utils.resolve_object_store_memory(available))
-    except (ImportError, AttributeError, TypeError):
-        return int(0.7 * _meminfo("MemAvailable"))
-
-
-def _meminfo(key: str) -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if hasattr(os, "sysconf") \
-        else 0
+    utils = ray_utils()
+    available = utils.estimate_available_memory()
+    return int(available - utils.resolve_object_store_memory(available))
 
 
 def cluster_node_memory() -> list[int]:

@@ -197,33 +197,33 @@ def _tune_error(trial) -> str:
 
 
 def worker_deaths_as_trial_failures() -> None:
-    """Make a worker that Ray killed an ordinary trial failure of Tune (idempotent).
+    """Make a worker that Ray's memory monitor killed an ordinary trial failure of Tune
+    (idempotent).
 
     When Ray's memory monitor kills a trial's worker, the trial's pending call fails with
     `ray.exceptions.OutOfMemoryError`, which is neither an actor error nor a task error; Tune's
     actor manager then raises "Caught unexpected exception" out of `tuner.fit()`, ending the
     whole study. Handed over as the actor's death instead, Tune records the trial as failed
     (`StoreCallback` writes its rows with `MEMORY_KILLED`), retries it per `max_failures` and
-    goes on with the others."""
-    from ray.exceptions import RayActorError, RayError, RayTaskError
+    goes on with the others. Only that error is handed over: every other error reaches Tune as
+    it is. The wrapped method is private to Tune: `ablate.compat` checks Ray's version first."""
+    from ray.exceptions import OutOfMemoryError, RayActorError
 
-    try:
-        from ray.air.execution._internal.actor_manager import RayActorManager
-    except ImportError:  # another Ray layout: `run_study` still turns its error into a line
-        return
-    original = RayActorManager._actor_task_failed
+    from ablate.compat import tune_actor_manager
+
+    manager = tune_actor_manager()
+    original = manager._actor_task_failed
     if getattr(original, "_ablate", False):
         return
 
     def failed(self, tracked_actor_task, exception):
-        if isinstance(exception, RayError) and not isinstance(exception,
-                                                              RayActorError | RayTaskError):
+        if isinstance(exception, OutOfMemoryError):
             text = " ".join(str(exception).split())[:300]
             exception = RayActorError(error_msg=f"{type(exception).__name__}: {text}")
         return original(self, tracked_actor_task, exception)
 
     failed._ablate = True
-    RayActorManager._actor_task_failed = failed
+    manager._actor_task_failed = failed
 
 
 class StorageStop(tune.Stopper):

@@ -241,12 +241,11 @@ def abandon_capture(stream: torch.cuda.Stream, pool: tuple[int, int]) -> None:
     left to torch: the graph releases its own pool when it is freed."""
     if torch.cuda.current_stream() == stream:
         return
+    from ablate.compat import cuda_pool_exit
+
     torch.cuda.set_stream(stream)
     dev = stream.device.index
-    for name in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
-        fn = getattr(torch._C, name, None)
-        if fn is None:
-            continue
+    for fn in cuda_pool_exit():
         try:
             fn(dev, pool)
         except RuntimeError:  # already ended / released by torch itself
