@@ -158,3 +158,26 @@ def test_field_docs_from_metadata_not_source(future):
         ("sizes", "tuple[int, ...] | None", "sizes # of nodes"),
         ("plain", "int", ""),
     ]
+
+
+def test_the_lock_file_is_refreshed_from_pyproject():
+    """lock/requirements.lock was resolved from today's pyproject.toml (its input file is what
+    `python lock/refresh.py` writes now), pins every package with hashes, and leaves torch to
+    install.sh (a CPU machine must never pull a CUDA build from a lock)."""
+    import importlib.util
+    import re
+
+    lock = ROOT / "lock"
+    spec = importlib.util.spec_from_file_location("refresh", lock / "refresh.py")
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    listed = [ln for ln in (lock / "requirements.in").read_text().splitlines()
+              if ln and not ln.startswith("#")]
+    assert listed == refresh.inputs(), "pyproject.toml changed: run python lock/refresh.py"
+    text = (lock / "requirements.lock").read_text()
+    pins = re.findall(r"^([A-Za-z0-9_.\[\]-]+)==", text, flags=re.M)
+    assert pins and "torch" not in pins and not any(p.startswith("nvidia") for p in pins)
+    for name in ("ray", "torch-geometric", "scikit-image", "optuna", "pytest"):
+        assert name in pins, name
+    blocks = re.split(r"\n(?=[A-Za-z0-9_.\[\]-]+==)", text.strip())
+    assert all("--hash=sha256:" in b for b in blocks if "==" in b.split("\n")[0])
