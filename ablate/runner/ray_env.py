@@ -68,8 +68,7 @@ def quiet_ray_env() -> None:
 def _quiet_logging() -> None:
     for name in ("ray", "ray.tune", "ray.train", "ray.air", "ray.data"):
         logging.getLogger(name).setLevel(logging.CRITICAL)  # the runner reports failures
-    warnings.filterwarnings("ignore", module=r"ray\..*")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", module=r"ray\..*")  # Ray's own; no process-wide filter
 
 
 def _silence_raylet_messages() -> None:

@@ -47,19 +47,28 @@ def put_chunks(path: Path, chunk_bytes: int | None = None) -> dict[str, Any]:
             "chunks": refs}
 
 
+def _same_file(path: Path, shipped: dict[str, Any]) -> bool:
+    try:
+        return path.stat().st_size == shipped["bytes"]
+    except OSError:
+        return False
+
+
 def receive(path: Path, shipped: dict[str, Any]) -> bool:
-    """Write the shipped file to `path` unless it is there; True if this call wrote it.
+    """Write the shipped file to `path` unless the same file is there; True if this call wrote it.
 
     One worker per node fetches (a lock file beside `path`); the others wait for it and then
-    find the file. The pieces are fetched one at a time; a file whose SHA-256 differs from the
-    driver's is refused (`OSError`) and nothing is left at `path`."""
+    find the file. A file already at `path` is kept only when its size is the driver's (same
+    recipe hash in the name, same size): a file of another cache format or a torn one is
+    replaced, under the lock. The pieces are fetched one at a time; a file whose SHA-256
+    differs from the driver's is refused (`OSError`) and nothing is left at `path`."""
     import ray
 
-    if path.exists():
+    if _same_file(path, shipped):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     with _node_lock(path):
-        if path.exists():  # another worker of this node received it meanwhile
+        if _same_file(path, shipped):  # another worker of this node received it meanwhile
             return False
         digest = hashlib.sha256()
 

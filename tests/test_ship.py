@@ -1,0 +1,44 @@
+"""Shipping a prepared dataset file to a node (`ablate.runner.ship.receive`, issue 35): a file
+already at the path is kept only when it is the driver's (same size under the same recipe
+name); a file of an older cache format, or a torn one, is replaced under the node's lock."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from ablate.runner import ship
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "get", lambda ref: ref)  # the pieces are the bytes themselves
+
+
+def _shipped(blob: bytes, pieces: int = 3) -> dict:
+    size = -(-len(blob) // pieces)
+    return {"name": "x.npz", "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+            "chunks": [blob[i:i + size] for i in range(0, len(blob), size)]}
+
+
+def test_a_file_of_another_format_at_the_path_is_replaced(tmp_path, no_ray):
+    blob = bytes(range(256)) * 40
+    path = tmp_path / "cache" / "tu-abc.npz"
+    path.parent.mkdir()
+    path.write_bytes(b"an older format, shorter")
+    assert ship.receive(path, _shipped(blob)) is True
+    assert path.read_bytes() == blob
+    assert ship.receive(path, _shipped(blob)) is False  # the driver's file: kept as it is
+
+
+def test_a_damaged_shipment_leaves_nothing(tmp_path, no_ray):
+    blob = bytes(range(256)) * 40
+    bad = _shipped(blob)
+    bad["sha256"] = "0" * 64
+    path = tmp_path / "tu-abc.npz"
+    with pytest.raises(OSError, match="arrived damaged"):
+        ship.receive(path, bad)
+    assert not path.exists()
