@@ -296,3 +296,30 @@ def test_sigterm_inside_an_import_leaves_with_the_resume_line_not_a_half_importe
                        text=True, timeout=60)
     assert p.returncode == 143, (p.stdout, p.stderr)
     assert RESUME in p.stdout and "imported" not in p.stdout and "Traceback" not in p.stderr
+
+
+def test_session_clean_up_stops_rays_processes_never_a_users_viewer_of_its_logs(tmp_path):
+    """A leftover session's clean-up stops processes that are Ray's (by command line) and have a
+    file open under the session, never a user's `tail -f` on a log there (issue 35)."""
+    from ablate.runner.ray_env import _ray_package_dir, is_ray_process
+
+    session = tmp_path / "ray" / "session_2026-01-01_00-00-00_000000_1"
+    (session / "logs").mkdir(parents=True)
+    log = session / "logs" / "raylet.out"
+    log.write_text("x\n")
+    viewer = subprocess.Popen(["tail", "-f", str(log)], stdout=subprocess.DEVNULL)
+    worker = subprocess.Popen(["bash", "-c", f"exec -a ray::IDLE sleep 60 3<{log}"])
+    try:
+        deadline = time.time() + 10
+        while worker.pid not in session_processes(session) and time.time() < deadline:
+            time.sleep(0.05)
+        found = session_processes(session)
+        assert worker.pid in found and viewer.pid not in found
+    finally:
+        for p in (viewer, worker):
+            p.kill()
+            p.wait()
+    ray_dir = _ray_package_dir()
+    assert ray_dir and is_ray_process([f"{ray_dir}core/src/ray/raylet/raylet", "--x"], ray_dir)
+    assert is_ray_process(["/usr/bin/python", "-u", f"{ray_dir}_private/log_monitor.py"], ray_dir)
+    assert not is_ray_process(["less", f"{session}/logs/gcs_server.out"], ray_dir)

@@ -184,24 +184,49 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _ray_package_dir() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return str(Path(locations[0]).resolve()) + os.sep if locations else ""
+
+
+def is_ray_process(argv: list[str], ray_dir: str | None = None) -> bool:
+    """Whether a command line is one of Ray's processes: a worker or agent (its title starts
+    with 'ray::'), or a program or Python script of the installed ray package (GCS, raylet,
+    monitors, dashboard). A user's `tail -f` on a session's log is not."""
+    if not argv:
+        return False
+    if argv[0].startswith("ray::"):
+        return True
+    ray_dir = _ray_package_dir() if ray_dir is None else ray_dir
+    return bool(ray_dir) and any(a.startswith(ray_dir) for a in argv[:3])
+
+
 def session_processes(session: Path) -> list[int]:
-    """Processes (other than this one) with a file open under `session` (Linux `/proc`).
+    """Ray's processes (other than this one) with a file open under `session` (Linux `/proc`).
 
     Every process of an embedded Ray keeps its log files there (GCS, raylet, monitors, the
-    dashboard and runtime-env agents, workers), whatever its command line says."""
+    dashboard and runtime-env agents, workers); a process counts only when its command line
+    is Ray's too (`is_ray_process`), so a user's viewer of those logs is never stopped."""
     prefix = str(session) + os.sep
     out = []
     proc = Path("/proc")
     if not proc.is_dir():
         return out
+    ray_dir = _ray_package_dir()
     for d in proc.iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            if any(os.readlink(fd).startswith(prefix) for fd in (d / "fd").iterdir()):
-                out.append(int(d.name))
+            if not any(os.readlink(fd).startswith(prefix) for fd in (d / "fd").iterdir()):
+                continue
+            argv = [a.decode(errors="replace") for a in (d / "cmdline").read_bytes().split(b"\0") if a]
         except OSError:
             continue
+        if is_ray_process(argv, ray_dir):
+            out.append(int(d.name))
     return out
 
 
