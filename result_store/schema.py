@@ -167,7 +167,8 @@ COLUMNS: tuple[Column, ...] = (
     # cost and provenance
     _c("train_s", _F, "seconds training this seed"),
     _c("eval_s", _F, "seconds evaluating this split"),
-    _c("peak_rss_mb", _F, "peak resident memory of the worker process (MB)", _G),
+    _c("peak_rss_mb", _F, "peak resident memory of the worker process during this trial (MB; "
+       "counted from the trial's start where Linux can reset it)", _G),
     _c("trial_s", _F, "seconds inside the trial function (all seeds of the trial)"),
     _c("started_at", _F, "Unix time the attempt started on the worker"),
     _c("finished_at", _F, "Unix time the attempt finished on the worker"),

@@ -91,3 +91,30 @@ def test_the_report_status_names_the_devices(tmp_path):
     lines = overview(load_study("s", tmp_path / "s")).provenance
     assert ("devices: CPU (or not recorded): 1 run(s); NVIDIA H100 80GB HBM3 (CUDA 13.0, driver "
             "580.159.04): 2 run(s), peak GPU memory up to 1501 MB") in lines
+
+
+def test_peak_rss_is_each_trials_own_in_a_reused_process():
+    """A worker reused for many trials records each trial's own peak (issue 35): the peak is
+    counted afresh at a trial's start, so a large trial before does not show in the next.
+    (In a fresh process: one whose allocator still holds freed memory proves nothing.)"""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from ablate.trial.provenance import peak_rss_mb, reset_peak_rss
+if not reset_peak_rss():
+    print("skip"); raise SystemExit
+big = np.ones(400 * 2**20 // 8)  # a 400 MB trial
+first = peak_rss_mb()
+del big
+reset_peak_rss()
+small = np.ones(8 * 2**20 // 8)
+print(first, peak_rss_mb())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    if out == ["skip"]:
+        pytest.skip("this kernel cannot reset the peak resident memory")
+    first, second = map(float, out)
+    assert first - second > 300  # the 400 MB are not in the second trial's peak

@@ -179,12 +179,13 @@ def calibrate(trial) -> tuple[TrialCost, float]:
     leave-one-out (`eval_s` per split); what is left (data, set-up, weak supervision's model
     B and its targets) is fixed, or grows with the epochs under weak supervision. Any
     failure (out of memory, data that cannot be prepared): no estimate."""
-    from ablate.trial.provenance import peak_rss_mb
+    from ablate.trial.provenance import peak_rss_mb, reset_peak_rss
 
     cfg = trial.config
     epochs = getattr(cfg, "epochs", None)
     if not epochs or not hasattr(cfg, "eval_every"):
         return TrialCost(None, None, "none"), 0.0
+    reset_peak_rss()  # this calibration's own peak, not the driver's before it
     try:
         wall, recs = _run_timed(trial, 2, 2)
     except Exception:  # noqa: BLE001 - out of memory, data that cannot be prepared, ...

@@ -23,7 +23,7 @@ from ablate.trial.batches import TrainBatches, eval_batches
 from ablate.trial.evaluate import evaluate, loo_plan, pool_test_auc
 from ablate.trial.fit import fit
 from ablate.trial.kind import TrialKind, TrialResult
-from ablate.trial.provenance import peak_gpu_mb, peak_rss_mb, provenance, start_gpu_peak
+from ablate.trial.provenance import peak_gpu_mb, peak_rss_mb, provenance, reset_peak_rss, start_gpu_peak
 from ablate.trial.setup import init_cosine, model_sizes, pick_device, prepare_process, seeded_model
 from ablate.trial.weak import weak_targets
 
@@ -89,6 +89,7 @@ def run_pack_full(configs: list[TrialConfig], twin_lone: bool = False) -> list[T
     """
     cfgs = [resolve(c) for c in configs]
     prepare_process()
+    reset_peak_rss()  # this trial's own peak, in a worker reused for many
     first = cfgs[0]
     data_hash = dataset_recipe_hash(first.dataset, first.data_kwargs)
     if any(dataset_recipe_hash(c.dataset, c.data_kwargs) != data_hash for c in cfgs):

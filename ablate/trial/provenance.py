@@ -10,9 +10,31 @@ import subprocess
 
 import torch
 
+_STATUS = "/proc/self/status"
+
+
+def reset_peak_rss() -> bool:
+    """Count this process's peak resident memory afresh from now (Linux: writing 5 to
+    /proc/self/clear_refs resets VmHWM), so a worker reused for many trials records each
+    trial's own peak, not the largest of all before it. False where the kernel cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MB."""
+    """Peak resident memory of this process since the last `reset_peak_rss` (VmHWM), in MB;
+    the lifetime peak where /proc cannot tell."""
+    try:
+        with open(_STATUS) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
