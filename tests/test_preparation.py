@@ -133,3 +133,29 @@ def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path
     assert RESUME in out.strip().splitlines()[-1] and "Traceback" not in err, (out, err)
     time.sleep(0.5)
     assert not [p for p in pool if _alive(p)]
+
+
+def test_the_superpixel_pool_never_forks_beside_another_thread():
+    """The driver prepares data while Ray starts in a thread: the pool then starts its workers
+    by forkserver (a fork could copy a lock that thread holds); alone, it forks (issue 35).
+    The superpixels are the same either way."""
+    import threading
+
+    from ablate.data import superpixels
+
+    assert superpixels.start_method() == "fork"
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert superpixels.start_method() == "forkserver"
+        rng = np.random.default_rng(0)
+        images = rng.random((6, 28, 28)) * (rng.random((6, 28, 28)) > 0.6)
+        pooled = superpixels.images_to_superpixels(images, workers=2, chunksize=2)
+    finally:
+        stop.set()
+        other.join()
+    serial = superpixels.images_to_superpixels(images, workers=1)
+    for (a, b), (c, d) in zip(pooled, serial, strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)

@@ -29,6 +29,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -135,21 +136,41 @@ def images_to_superpixels(
     return out
 
 
+def start_method() -> str:
+    """How the superpixel pool starts its workers. fork where the OS has it and this process
+    runs no other thread: a spawned/forkserver worker must import this module and with it the
+    `ablate.data` package, i.e. torch and torch_geometric (~9 s on 2 cores), which costs more
+    than converting all 1797 digits (forking a parent that holds idle torch threads is safe:
+    the workers run only NumPy/SciPy/scikit-image code, never torch or OpenMP). With another
+    Python thread alive (the driver starts Ray in one while data are prepared) or Ray
+    connected, a fork may copy a lock another thread holds and hang: forkserver then."""
+    methods = mp.get_all_start_methods()
+    busy = threading.active_count() > 1 or _ray_connected()
+    if "fork" in methods and not busy:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _ray_connected() -> bool:
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:  # noqa: BLE001 - a half-imported ray: not connected
+        return False
+
+
 def _map_chunks(chunks: list[tuple[np.ndarray, str]], workers: int) -> Iterator[list]:
     """Results of `_chunk_superpixels` over chunks, in order, serial or on a process pool."""
     if workers <= 1 or len(chunks) <= 1 or mp.current_process().daemon:
         yield from map(_chunk_superpixels, chunks)
         return
-    # fork where the OS has it: a spawned/forkserver worker must import this module and with
-    # it the `ablate.data` package, i.e. torch and torch_geometric (~9 s on 2 cores), which
-    # costs more than converting all 1797 digits. Forking a parent that holds idle torch
-    # threads is safe here because the workers run only NumPy/SciPy/scikit-image code,
-    # never torch or OpenMP.
-    methods = mp.get_all_start_methods()
-    ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+    method = start_method()
+    ctx = mp.get_context(method)
+    if method == "forkserver":  # the server imports this module once; workers fork from it
+        ctx.set_forkserver_preload([__name__])
     with _signals_blocked():  # only while the workers are forked
         pool = ctx.Pool(min(workers, len(chunks)), initializer=_pool_worker,
-                        initargs=(os.getpid(),))
+                        initargs=(os.getpid() if method == "fork" else None,))
     with pool:
         yield from pool.imap(_chunk_superpixels, chunks)
 
@@ -172,7 +193,7 @@ def _signals_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _pool_worker(parent: int) -> None:
+def _pool_worker(parent: int | None) -> None:
     """A superpixel worker: Ctrl-C is the driver's to handle, SIGTERM (the pool's shutdown)
     ends it silently, and it dies with the driver. Without this, a forked worker keeps the
     driver's SIGTERM handler and prints a traceback when the pool ends."""
@@ -184,5 +205,5 @@ def _pool_worker(parent: int) -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the driver died before the line above
-        os._exit(1)
+    if parent is not None and os.getppid() != parent:  # the driver died before the line above
+        os._exit(1)  # (a forkserver's worker: its parent is the server, which dies with the driver)
