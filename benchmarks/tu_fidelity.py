@@ -65,6 +65,9 @@ ROWS: dict[str, tuple[str, int, dict, list[str]]] = {
     "dd300_global": ("DD", 300, dict(dataset="dd", backbone="chebynet", pool_layers=()), []),
     "dd300_weak": ("DD", 300, dict(dataset="dd", backbone="chebynet", pool_layers=(2,),
                                    supervision="weak", **WEAK), ["weak"]),
+    # ours only: D&D with the recipe before issue 33 (GCN, K = 1) on the authors' splits
+    "dd200_global_gcn": ("DD", 200, dict(dataset="dd", backbone="gcn", pool_layers=()), []),
+    "dd300_global_gcn": ("DD", 300, dict(dataset="dd", backbone="gcn", pool_layers=()), []),
 }
 TORCHVISION_STANDIN = '''"""Stand-in for torchvision: the authors' code imports it for MNIST only."""
 import types

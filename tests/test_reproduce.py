@@ -142,3 +142,17 @@ def test_the_rules_on_a_cpu_and_across_devices():
     curve = {"seed": 0, "epoch": 1, "train_loss": 2.0, "val_accuracy": 0.5}
     assert not compare([_row()], [_row()], [curve], [{**curve, "train_loss": 2.0 + 1e-7}],
                        cpu=True).holds  # training is identical on a CPU
+
+
+def test_gpu_records_rerun_on_the_same_gpu_model_must_be_identical():
+    """The README's promise on a GPU (run after run, bit for bit) is what reproduce= checks
+    there: CUDA records rerun on the same GPU model get the identical rule; another model or
+    another kind of device gets the rule across devices (issue 35)."""
+    from ablate.runner.reproduce import same_device
+
+    h100 = {"device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    cpu = {"device": "cpu", "gpu_name": ""}
+    assert same_device([h100], [{**h100, "device": "cuda"}])
+    assert not same_device([h100], [{**h100, "gpu_name": "NVIDIA H200"}])
+    assert not same_device([h100], [cpu]) and not same_device([cpu], [h100])
+    assert same_device([cpu], [cpu])

@@ -8,8 +8,9 @@ every (seed, split) row and every curve point is compared with the rerun. A tria
 itself (`run_pack_full(..., twin_lone=True)`): on a CPU any pack of two or more gives a
 member the same numbers, bit for bit, and a one-member model would take unbatched kernels
 that round differently. A trial stored alone reruns as it ran (a lone seed on a CPU takes
-the sequential path). The verdict uses the documented tolerance: CPU records rerun on a CPU
-must be identical; across devices (a GPU run checked on a CPU, or the reverse) accuracy may
+the sequential path). The verdict uses the documented tolerance: CPU records rerun on a CPU,
+and CUDA records rerun on a GPU of the same model, must be identical; across devices (a GPU
+run checked on a CPU, or the reverse) accuracy may
 move by two graphs of the split and other metrics by 1e-2 relative, as the CUDA-vs-CPU
 tests allow (float rounding moves a node across an attention threshold now and then).
 """
@@ -45,6 +46,19 @@ class Comparison:
     @property
     def holds(self) -> bool:
         return not self.missing and all(self.worst[m] <= self.allowed[m] for m in self.worst)
+
+
+def same_device(stored: list[dict], fresh: list[dict]) -> bool:
+    """Whether the rerun ran where the records were made: both on a CPU, or both on CUDA
+    devices of one model (`gpu_name`). There a rerun must be identical, bit for bit (the
+    README's promise: on a CPU, and on a GPU run after run); elsewhere the rule across devices."""
+    here = {_device_kind(r.get("device")) for r in fresh} or {"cpu"}
+    there = {_device_kind(r.get("device")) for r in stored}
+    if here != there or len(here) != 1:
+        return False
+    if here == {"cpu"}:
+        return True
+    return {r.get("gpu_name") or "" for r in stored} == {r.get("gpu_name") or "" for r in fresh}
 
 
 def _device_kind(value) -> str:
@@ -175,10 +189,11 @@ def reproduce(study, options: dict) -> int:
         res = trial_kind(trial.kind).run(trial.config)
     here = {_device_kind(r.get("device")) for r in res.records} or {"cpu"}
     there = {_device_kind(r.get("device")) for r in ok}
-    cpu = here == there == {"cpu"}
+    identical = same_device(ok, res.records)
     got = compare(ok, res.records, [c for c in stored_curves if c["seed"] in seeds],
-                  res.curves, cpu)
-    rule = ("CPU records rerun on a CPU: identical" if cpu else
+                  res.curves, identical)
+    rule = (f"{'/'.join(sorted(here)).upper()} records rerun on the same kind of device: "
+            "identical" if identical else
             f"accuracy within {GRAPHS} graphs of the split, other metrics within "
             f"{RELATIVE:g} relative (stored on {'/'.join(sorted(there))}, rerun on "
             f"{'/'.join(sorted(here))})")
