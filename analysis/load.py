@@ -47,7 +47,7 @@ AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "fil
         # selective-dependence (ablate.trial.sdc) trials
         "task", "average_at", "entropy_lambda", "focus_hidden", "classify_hidden")
 METRICS = ("accuracy", "ft", "acc_by_size", "gt_mass_curve", "cos_p_init", "nnz", "dist", "ent")
-COST = ("train_s", "git_sha", "device", "gpu_name", "cuda_version", "gpu_driver",
+COST = ("train_s", "git_sha", "git_dirty", "device", "gpu_name", "cuda_version", "gpu_driver",
         "peak_gpu_mb")  # compute and provenance lines of the report
 PER_LAYER = re.compile(r"^(attn_auc|ratio_kept)_l(\d+)$")
 CURVE_COLUMNS = ("trial_id", "seed", "epoch", "train_loss", "val_accuracy", "val_loss", "val_auc",

@@ -126,6 +126,14 @@ def overview(study: Study) -> Overview:
         if shas:
             prov.append("code version(s): " + ", ".join(sorted(map(str, shas))[:5])
                         + (" …" if len(shas) > 5 else ""))
+    if "git_dirty" in df.columns:
+        dirty = sorted({str(x) for x in df["git_dirty"].dropna().unique().tolist() if x})
+        if dirty:
+            runs = df[df["git_dirty"].fillna("").astype(str) != ""].drop_duplicates(
+                ["trial_id", "seed"])
+            prov.append(f"uncommitted code: {len(runs)} run(s) trained from a modified tree "
+                        f"({', '.join(dirty[:3])}{' …' if len(dirty) > 3 else ''}), not the "
+                        "commit named")
     return Overview(varied, counts, missing, errors, prov)
 
 

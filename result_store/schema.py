@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 # The schema version this code writes and reads (and every version below it). v2 added the
-# GPU provenance columns (`since=2`); a v1 file lacks them and reads with them null.
-VERSION = 2
+# GPU provenance columns (`since=2`); a v1 file lacks them and reads with them null. v3 added
+# `git_dirty` (`since=3`).
+VERSION = 3
 META_VERSION, META_KIND, META_PART = b"ablate.schema_version", b"ablate.kind", b"ablate.part"
 KINDS = ("graph", "sdc")
 PARTS = ("trials", "curves")
@@ -177,6 +178,8 @@ COLUMNS: tuple[Column, ...] = (
     _c("gpu_ids", _S, "GPU ids Ray assigned, comma-separated (\"\" = none)"),
     _c("dataset_hash", _S, "hash of the dataset recipe"),
     _c("git_sha", _S, "commit of the trainer's checkout"),
+    _c("git_dirty", _S, "\"\" for a clean checkout; else 'dirty:' and a hash of its uncommitted "
+       "diff (the code that ran is not the commit)", since=3),
     _c("torch_version", _S, "torch version of the trainer"),
     _c("pyg_version", _S, "torch_geometric version of the trainer"),
     _c("host", _S, "the trainer's host name"),

@@ -118,3 +118,35 @@ print(first, peak_rss_mb())
         pytest.skip("this kernel cannot reset the peak resident memory")
     first, second = map(float, out)
     assert first - second > 300  # the 400 MB are not in the second trial's peak
+
+
+def test_a_modified_tree_is_named_in_every_record_and_in_the_report(tmp_path):
+    """git_dirty: '' for a clean checkout, 'dirty:<hash of the diff>' after an edit; the report's
+    overview names the runs trained from a modified tree (issue 36)."""
+    import subprocess
+
+    from ablate.trial.provenance import tree_state
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True,  # noqa: E731
+                                    capture_output=True)
+    git("init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert tree_state(str(repo)) == ""
+    (repo / "a.py").write_text("x = 2\n")
+    first = tree_state(str(repo))
+    (repo / "a.py").write_text("x = 3\n")
+    assert first.startswith("dirty:") and tree_state(str(repo)) not in ("", first)
+    assert tree_state(str(tmp_path)) == ""  # not a checkout
+
+    from analysis.report import write_report
+    from analysis.synthetic import trial_record, write_trials
+
+    write_trials(tmp_path / "res", "s", [trial_record(trial_id="t", seed=0, split="val", git_dirty=first),
+                                         trial_record(trial_id="u", seed=0, split="val", git_dirty="")])
+    write_report(tmp_path / "res", tmp_path / "out", figures=False)
+    text = "".join(f.read_text() for f in (tmp_path / "out").rglob("*.md"))
+    assert f"1 run(s) trained from a modified tree ({first})" in text

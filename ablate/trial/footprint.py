@@ -13,8 +13,9 @@ keeps (`ablate.trial.batches`, `ablate.trial.evaluate`):
   and the activations of the members evaluated together; leave-one-out attention's
   chunks (`ablate.trial.pack_loo.CHUNK_ENTRIES`) where the dataset has ground truth.
 
-`tests/test_host_memory.py` checks the estimate against the peak memory of real trials;
-`benchmarks/bench_memory.py` measures it at full size.
+`benchmarks/bench_memory.py` sets the estimate beside the measured peak memory of real
+trials at full size; `tests/test_host_memory.py` checks that Ray runs no more trials than
+the declared memory fits (it does not check the estimate itself).
 """
 
 from __future__ import annotations

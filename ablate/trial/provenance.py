@@ -44,7 +44,7 @@ def provenance(data_hash: str, device: torch.device | None = None) -> dict:
 
     return {"dataset_hash": data_hash, "torch_version": torch.__version__,
             "pyg_version": version("torch_geometric"), "host": os.uname().nodename,
-            "git_sha": git_sha(), **device_provenance(device)}
+            "git_sha": git_sha(), "git_dirty": git_dirty(), **device_provenance(device)}
 
 
 def device_provenance(device: torch.device | None) -> dict:
@@ -95,4 +95,26 @@ def git_sha() -> str:
         return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=5).stdout.strip()
     except Exception:
+        return ""
+
+
+@functools.cache
+def git_dirty() -> str:
+    """'' when the checkout that holds this code has no uncommitted change to tracked files,
+    else 'dirty:' and the first 12 hex digits of the SHA-256 of `git diff HEAD` (asked once per
+    process, like `git_sha`; '' outside a git checkout)."""
+    return tree_state(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tree_state(folder: str) -> str:
+    """`git_dirty`'s answer for the checkout holding `folder`."""
+    import hashlib
+
+    try:
+        run = lambda *a: subprocess.run(["git", "-C", folder, *a], capture_output=True,  # noqa: E731
+                                        timeout=10, check=True).stdout
+        if not run("status", "--porcelain", "--untracked-files=no").strip():
+            return ""
+        return "dirty:" + hashlib.sha256(run("diff", "HEAD")).hexdigest()[:12]
+    except Exception:  # noqa: BLE001 - not a checkout, no git: nothing to say
         return ""
