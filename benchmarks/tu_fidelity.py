@@ -184,13 +184,41 @@ def run_ours(row: str, seed: int, folder: Path, epochs: int) -> dict:
             "status": test.get("status")}
 
 
-def summary(path: Path) -> None:
+NAMES = {"proteins_global": "PROTEINS, GCN global pool", "proteins_weak": "PROTEINS, GCN weak",
+         "dd200_global": "D&D-200, ChebyNet global pool", "dd200_weak": "D&D-200, ChebyNet weak",
+         "dd300_global": "D&D-300, ChebyNet global pool", "dd300_weak": "D&D-300, ChebyNet weak",
+         "dd200_global_gcn": "D&D-200, GCN global pool (recipe before)",
+         "dd300_global_gcn": "D&D-300, GCN global pool (recipe before)"}
+
+
+def markdown(groups: dict[tuple[str, str], list[float]]) -> None:
+    """The doc's table: per row, ours and the authors' code, mean +- std (n) and the seeds."""
+    from scipy import stats
+
+    print("| row | ours: mean ± std (n) | the authors' code: mean ± std (n) | Welch p "
+          "| seeds, ours / theirs |")
+    print("|---|---|---|---|---|")
+    for row in NAMES:
+        a, b = groups.get((row, "ours"), []), groups.get((row, "authors"), [])
+        if not a and not b:
+            continue
+        cell = lambda v: f"{np.mean(v):.2f} ± {np.std(v):.2f} ({len(v)})" if v else "not run"  # noqa: E731
+        p = (f"{stats.ttest_ind(a, b, equal_var=False).pvalue:.2f}"
+             if len(a) > 1 and len(b) > 1 else "-")
+        seeds = " ".join(f"{x:.1f}" for x in a) + " / " + (" ".join(f"{x:.1f}" for x in b) or "-")
+        print(f"| {NAMES[row]} | {cell(a)} | {cell(b)} | {p} | {seeds} |")
+
+
+def summary(path: Path, as_markdown: bool = False) -> None:
     from scipy import stats
 
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     groups: dict[tuple[str, str], list[float]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["seed"]):
         groups.setdefault((r["row"], r["side"]), []).append(r["test_acc"])
+    if as_markdown:
+        markdown(groups)
+        return
     print(f"{'row':16s} {'side':8s} {'n':>3s} {'mean':>7s} {'std':>6s}  seeds")
     for (row, side), accs in sorted(groups.items()):
         print(f"{row:16s} {side:8s} {len(accs):3d} {np.mean(accs):7.2f} {np.std(accs):6.2f}  "
@@ -218,9 +246,10 @@ def main() -> None:
     ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "tu_fidelity")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tu_fidelity.jsonl")
     ap.add_argument("--summary", action="store_true", help="print the table of --out and exit")
+    ap.add_argument("--markdown", action="store_true", help="with --summary: the doc's table")
     args = ap.parse_args()
     if args.summary:
-        summary(args.out)
+        summary(args.out, args.markdown)
         return
     if args.side != "ours" and (args.authors is None or not (args.authors / "main.py").is_file()):
         ap.error("--authors must name a checkout of bknyaz/graph_attention_pool (main.py)")
