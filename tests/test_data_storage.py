@@ -244,3 +244,16 @@ def test_leave_one_out_only_with_ground_truth_and_up_to_the_size_limit():
     small = evaluate(model, eval_batches(gs.subset([0, 1, 2]), 100), cfg, loo=True)
     assert rec["attn_auc_l0"] == small["attn_auc_l0"] and rec["ft"] == small["ft"]
     assert rec["n_graphs"] == 4 and rec["accuracy"] is not None
+
+
+def test_mnist_recipes_name_the_slic_kernels_unless_they_are_the_pinned_ones(monkeypatch):
+    """Another scikit-image or NumPy release may place other superpixels: its MNIST recipes get
+    other hashes (so other trial ids); the pinned versions keep issue 26's (issue 35)."""
+    import ablate.data as data
+
+    params = {"final": True}
+    pinned = dataset_recipe_hash("mnist_sp", params)
+    assert pinned == RECIPES_ISSUE26[("mnist_sp", (("final", True),))]
+    monkeypatch.setattr(data, "slic_versions", lambda: {"scikit-image": "0.27", "numpy": "2.4"})
+    assert dataset_recipe_hash("mnist_sp", params) != pinned
+    assert dataset_recipe_hash("colors") == RECIPES_BEFORE[("colors", ())]  # no SLIC in it

@@ -107,6 +107,10 @@ def _hashable(name: str, params: dict) -> dict:
             key["n_train_val"] = EARLIER_TU_N_TRAIN_VAL[name]
         key["_code"] = _generator_digest(name, earlier=True)
         return key
+    if name in ("mnist_sp", "digits_sp"):
+        impl = slic_versions()  # the kernels that shape every superpixel
+        if impl != SLIC_PINNED:
+            key["_slic_impl"] = impl
     if name in ("mnist_sp", "digits_sp") and all(key.get(k) == v for k, v in EARLIER_MNIST.items()):
         for k in EARLIER_MNIST:
             del key[k]
@@ -114,6 +118,21 @@ def _hashable(name: str, params: dict) -> dict:
         return key
     key["_code"] = _generator_digest(name)
     return key
+
+
+# MNIST-75SP's superpixels come from scikit-image's compiled SLIC kernels (`ablate/data/slic.py`)
+# on NumPy arrays: another release of either may place them otherwise. Recipes made with the
+# versions the data were checked on (the authors' superpixels of 200 MNIST test images,
+# tests/test_mnist_reference_data.py) hash as before; any other pair of versions is part of
+# the recipe's identity, so the same trial id never means other superpixels.
+SLIC_PINNED = {"scikit-image": "0.26", "numpy": "2.4"}
+
+
+def slic_versions() -> dict[str, str]:
+    """major.minor of the installed scikit-image and NumPy."""
+    from ablate.compat import installed, release
+
+    return {d: ".".join(map(str, release(installed(d))[:2])) for d in SLIC_PINNED}
 
 
 # Generator sources whose edits changed how data are stored or prepared, not the values
