@@ -108,7 +108,8 @@ def faulty_pack(cfgs):
     """The graph trainer's pack function with faults: ``+fault=raise_once`` raises on the
     pack's first attempt; ``+nan_seed=S`` starts seed S of every pack from NaN parameters;
     ``+fault=nan_then_exit`` (with ``+nan_seed``): NaN members on the first call, the worker
-    process dies on the second (the worker's retry of those members), all ok after."""
+    process dies on the second (the worker's retry of those members), all ok after;
+    ``+fault=nan_exit_nan``: the same, but NaN again on every call after the death."""
     import math
 
     import ablate.trial.graph as train
@@ -117,12 +118,12 @@ def faulty_pack(cfgs):
     extra = _extra(cfgs[0])
     if extra.get("fault") == "raise_once" and _first_attempt("pack", extra["marker_dir"]):
         raise RuntimeError("injected pack fault")
-    if extra.get("fault") == "nan_then_exit":  # 1st call: NaN members; 2nd: the worker dies
+    if extra.get("fault") in ("nan_then_exit", "nan_exit_nan"):  # 1st: NaN; 2nd: worker dies
         if not _first_attempt("nan", extra["marker_dir"]) and _first_attempt("exit",
                                                                               extra["marker_dir"]):
             os._exit(3)
-        if _attempts(extra["marker_dir"]) > 1:  # Tune's restart of the whole pack: all ok
-            return train.run_pack_full(cfgs)
+        if extra["fault"] == "nan_then_exit" and _attempts(extra["marker_dir"]) > 1:
+            return train.run_pack_full(cfgs)  # Tune's restart of the whole pack: all ok
     if "nan_seed" not in extra:
         return train.run_pack_full(cfgs)
     init = batched.MemberStack.__init__

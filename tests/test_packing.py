@@ -160,3 +160,27 @@ def test_a_retried_pack_never_rewrites_a_member_stored_ok(env):
         assert set(df[df.trial_id == tid].attempt) == {1}
     failed_first = df[~df.trial_id.isin(ok_first)]
     assert set(failed_first.status) == {"ok"} and failed_first.attempt.min() >= 2
+
+
+def test_worker_retries_and_tune_restarts_count_against_one_budget(env):
+    """max_failures=2 is 3 attempts in all, whoever retries: NaN (the worker retries), the
+    worker dies (Tune restarts the pack), NaN again: final at attempt 3, not 3 more attempts
+    of the restarted worker's own (issue 35)."""
+    import json
+
+    study = _study("packbudget", kind="faultypack", seeds=range(4), seeds_per_trial=2,
+                   grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
+                   gpus_per_trial=0,
+                   fixed={"+nan_seed": 1, "+fault": "nan_exit_nan",
+                          "+marker_dir": str(env / "markers")})
+    start_ray(None)
+    s = run_study(study, env / "results", progress="none")
+    with_nan = sorted(t.trial_id for t in study.trials if 1 in t.config.seeds)
+    assert s.failed == with_nan and s.ok == 2 and s.exit_code == 1
+    df = read_trials(env / "results", "packbudget")
+    log = [json.loads(ln) for ln in (env / "results" / "packbudget" / "failures.jsonl")
+           .read_text().splitlines()]
+    for tid in with_nan:
+        rows = df[df.trial_id == tid]
+        assert set(rows.attempt) == {3} and set(rows[rows.seed == 1].status) == {"nan"}
+        assert sorted(e["attempt"] for e in log if e["trial_id"] == tid) == [1, 2, 3]

@@ -264,7 +264,8 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         smallest = min(resources.values(), key=lambda r: r["memory"])
         limit = concurrency(slots(smallest, ray.cluster_resources()), embedded)
         callback = StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
-                                 {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs})
+                                 {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs},
+                                 max_failures=spec.max_failures)
         fn = tune.with_resources(
             tune.with_parameters(trainable, blobs=_blobs(todo, ship), payloads=table),
             _pack_resources)

@@ -39,11 +39,14 @@ class StoreCallback(tune.Callback):
     """
 
     def __init__(self, store: Store, trials: dict[str, Trial], splits: dict,
-                 display: Progress, packs: dict[str, list[str]]):
+                 display: Progress, packs: dict[str, list[str]], max_failures: int | None = None):
         import ray
 
         self.store, self.trials, self.splits, self.display = store, trials, splits, display
         self.packs = packs  # pack id -> member trial ids
+        # attempts a trial may have in all: the worker's own retries and Tune's restarts after
+        # a worker death count against one budget (None: the worker's word alone)
+        self.budget = None if max_failures is None else max_failures + 1
         self.ray_version = ray.__version__
         self.final: dict[str, str] = {}  # trial id -> final status (ok / error / nan)
         self.errors: dict[str, str] = {}  # trial id -> final error text
@@ -62,11 +65,12 @@ class StoreCallback(tune.Callback):
         pack_id, out = _tid(trial), pickle.loads(blob)
         for m in out["members"]:
             tid = m["trial_id"]
-            if self.final.get(tid) == "ok":  # stored ok before Tune reran its pack: never rewritten
+            if tid in self.final:  # stored as final before Tune reran its pack: never rewritten
                 continue
             records = m["records"] if m["status"] != "error" else []
             rows = records or self.error_rows(tid, m["status"], m["error"])
             status, error, final = m["status"], m["error"], m.get("final", out["final"])
+            final = final or self._spent(tid)
             attempt, misfit = self._write(tid, rows, m["curves"] if records else [],
                                           out["meta"], pack_id)
             if misfit:  # rows outside the declared schema: stored as failed, not retried
@@ -97,6 +101,14 @@ class StoreCallback(tune.Callback):
         self.display.refresh()
 
     # ------------------------------------------------------------------ helpers
+    def _spent(self, tid: str) -> bool:
+        """Whether the attempt just written was the trial's last of its budget."""
+        return self.budget is not None and self.attempts.get(tid, 0) + 1 >= self.budget
+
+    def pack_done(self, pack_id: str) -> bool:
+        """Every member of the pack has its final record: nothing left to run (`RetryStop`)."""
+        return all(tid in self.final for tid in self.packs.get(pack_id, ()))
+
     def _lost(self, trial, final: bool) -> None:
         """The worker (actor or node) died mid-pack: record it; Tune retries it or gives up."""
         pack_id = _tid(trial)
@@ -104,6 +116,7 @@ class StoreCallback(tune.Callback):
         for tid in self.packs[pack_id]:
             if tid in self.final:  # already recorded as finished
                 continue
+            final = final or self._spent(tid)
             attempt, _ = self._write(tid, self.error_rows(tid, "error", error), [], {}, pack_id)
             if attempt is None:  # not stored: the trial stays to do, the study stops
                 self.display.unstored(tid)
@@ -227,13 +240,18 @@ def worker_deaths_as_trial_failures() -> None:
 
 
 class StorageStop(tune.Stopper):
-    """Stops the whole study once a result could not be written (disk full, read-only)."""
+    """Stops the whole study once a result could not be written (disk full, read-only), and a
+    pack whose members all have their final record (their retry budget spent: a worker that
+    Tune restarted after a death must not retry them afresh)."""
 
     def __init__(self, callback: StoreCallback):
         self.callback = callback
 
     def __call__(self, trial_id, result) -> bool:
-        return bool(self.callback.storage_error)
+        if self.callback.storage_error:
+            return True
+        pack = (result.get("config") or {}).get("trial", {}).get("trial_id")
+        return bool(pack) and self.callback.pack_done(pack)
 
     def stop_all(self) -> bool:
         return bool(self.callback.storage_error)
