@@ -103,6 +103,16 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _descendants(pid: int) -> list[int]:
+    """Children, grandchildren, ... of `pid` (a forkserver's workers are its grandchildren)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -112,18 +122,23 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path):
-    """The superpixel pool (two forked workers) runs when SIGTERM arrives: exit 143, the
-    resume line, no traceback, and the pool's workers end with the driver."""
+    """The superpixel pool (two workers; forkserver's, as Ray starts in a thread meanwhile)
+    runs when SIGTERM arrives: exit 143, the resume line, no traceback, and the pool's
+    processes end with the driver."""
     cmd = [sys.executable, "-m", "ablate.run", "study=mnist", "dataset=digits_sp",
            f"results_dir={tmp_path / 'results'}", "progress=none"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(ABLATE_CACHE=str(tmp_path / "cache")),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline, pool = time.time() + 120, []
     while time.time() < deadline and proc.poll() is None:
-        pool = [p for p in _children(proc.pid)
-                if b"python" in Path(f"/proc/{p}/cmdline").read_bytes()
-                and b"ray" not in Path(f"/proc/{p}/cmdline").read_bytes()]
-        if len(pool) >= 2:
+        try:
+            pool = [p for p in _descendants(proc.pid)
+                    if b"multiprocessing" in Path(f"/proc/{p}/cmdline").read_bytes()
+                    or (b"python" in Path(f"/proc/{p}/cmdline").read_bytes()
+                        and b"ray" not in Path(f"/proc/{p}/cmdline").read_bytes())]
+        except OSError:  # a process ended while it was read
+            continue
+        if len(pool) >= 3:  # the forkserver and two workers
             break
         time.sleep(0.05)
     assert len(pool) >= 2, "the superpixel pool never started"
@@ -143,7 +158,10 @@ def test_the_superpixel_pool_never_forks_beside_another_thread():
 
     from ablate.data import superpixels
 
-    assert superpixels.start_method() == "fork"
+    alone = subprocess.run([sys.executable, "-c", "from ablate.data import superpixels; "
+                            "print(superpixels.start_method())"], capture_output=True, text=True,
+                           cwd=ROOT, check=True).stdout.strip()
+    assert alone == "fork"  # a fresh process: no other thread (this one may have some)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()

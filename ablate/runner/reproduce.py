@@ -192,8 +192,8 @@ def reproduce(study, options: dict) -> int:
     identical = same_device(ok, res.records)
     got = compare(ok, res.records, [c for c in stored_curves if c["seed"] in seeds],
                   res.curves, identical)
-    rule = (f"{'/'.join(sorted(here)).upper()} records rerun on the same kind of device: "
-            "identical" if identical else
+    rule = (("CPU records rerun on a CPU: identical" if here == {"cpu"} else
+             "CUDA records rerun on the same GPU model: identical") if identical else
             f"accuracy within {GRAPHS} graphs of the split, other metrics within "
             f"{RELATIVE:g} relative (stored on {'/'.join(sorted(there))}, rerun on "
             f"{'/'.join(sorted(here))})")
