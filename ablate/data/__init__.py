@@ -145,7 +145,7 @@ SAME_DATA: dict[str, str] = {
     "a1c72c4ff181": "c447f7061c65",  # triangles
     # mnist_sp and digits_sp: SLIC's kernels through ablate.compat and the superpixel pool's
     # start method (issue 35) changed the sources, not the data: issue 26's digest
-    "27e47caf1a22": "8b68ba1e3dc4",
+    "ae2b5091e00d": "8b68ba1e3dc4",
 }
 
 # Issue 26 made MNIST-75SP and digits as the authors made them (SLIC as scikit-image 0.15,
@@ -155,7 +155,7 @@ SAME_DATA: dict[str, str] = {
 # of its key and maps the new source digest to the one before (docs/recipes.md).
 EARLIER_MNIST: dict[str, str] = {"slic": "v0.19", "noise": "nodes"}
 SAME_DATA_EARLIER: dict[str, str] = {
-    "27e47caf1a22": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issue 35's edits)
+    "ae2b5091e00d": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issue 35's edits)
     "8f1052e31de1": "a92a47d7eba2",  # proteins, dd, collab with split=earlier (one source)
 }
 

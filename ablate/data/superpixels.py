@@ -142,20 +142,21 @@ def start_method() -> str:
     `ablate.data` package, i.e. torch and torch_geometric (~9 s on 2 cores), which costs more
     than converting all 1797 digits (forking a parent that holds idle torch threads is safe:
     the workers run only NumPy/SciPy/scikit-image code, never torch or OpenMP). With another
-    Python thread alive (the driver starts Ray in one while data are prepared) or Ray
-    connected, a fork may copy a lock another thread holds and hang: forkserver then."""
+    Python thread alive in a driver (it starts Ray in one while data are prepared), a fork
+    may copy a lock that thread holds and hang: forkserver then."""
     methods = mp.get_all_start_methods()
-    busy = threading.active_count() > 1 or _ray_connected()
-    if "fork" in methods and not busy:
-        return "fork"
+    if "fork" in methods and (threading.active_count() == 1 or _in_ray_actor()):
+        return "fork"  # (a Ray worker forks as it always has: this is about the driver)
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _ray_connected() -> bool:
+def _in_ray_actor() -> bool:
+    """Whether this process is a Ray worker running an actor (a trial), not a driver."""
     ray = sys.modules.get("ray")
     try:
-        return bool(ray is not None and ray.is_initialized())
-    except Exception:  # noqa: BLE001 - a half-imported ray: not connected
+        return bool(ray is not None and ray.is_initialized()
+                    and ray.get_runtime_context().get_actor_id() is not None)
+    except Exception:  # noqa: BLE001 - a half-imported ray: not a worker
         return False
 
 
