@@ -100,12 +100,17 @@ def test_runner_packs_trials_and_writes_one_file_per_trial(env):
     assert again.skipped == 4 and again.exit_code == 0
 
 
+def _faulty_pack_study(name: str, fault: str, env: Path) -> Study:
+    """4 trials (2 thresholds x seed chunks (0, 1), (2, 3)) in one pack of the faultypack kind:
+    seed 1 starts from NaN parameters; `fault` as `_ray_kinds.faulty_pack` names it."""
+    return _study(name, kind="faultypack", seeds=range(4), seeds_per_trial=2,
+                  grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
+                  gpus_per_trial=0, fixed={"+nan_seed": 1, "+fault": fault,
+                                           "+marker_dir": str(env / "markers")})
+
+
 def test_a_failed_pack_member_is_retried_alone_and_a_raising_pack_whole(env):
-    study = _study("packfaults", kind="faultypack", seeds=range(4), seeds_per_trial=2,
-                   grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
-                   gpus_per_trial=0,
-                   fixed={"+nan_seed": 1, "+fault": "raise_once",
-                          "+marker_dir": str(env / "markers")})
+    study = _faulty_pack_study("packfaults", "raise_once", env)
     assert len(study.trials) == 4  # 2 thresholds x seed chunks (0, 1) and (2, 3): one pack
     start_ray(None)
     s = run_study(study, env / "results", progress="none")
@@ -127,11 +132,7 @@ def test_a_failed_pack_member_is_retried_alone_and_a_raising_pack_whole(env):
 def test_a_retried_pack_never_rewrites_a_member_stored_ok(env):
     """Two of a pack's four members stored ok, the other two failed; the worker then dies while
     retrying them, and Tune reruns the whole pack: the two stored files keep their bytes."""
-    study = _study("packkeep", kind="faultypack", seeds=range(4), seeds_per_trial=2,
-                   grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
-                   gpus_per_trial=0,
-                   fixed={"+nan_seed": 1, "+fault": "nan_then_exit",
-                          "+marker_dir": str(env / "markers")})
+    study = _faulty_pack_study("packkeep", "nan_then_exit", env)
     start_ray(None)
     folder = env / "results" / "packkeep" / "trials"
     stored: dict[str, bytes] = {}
@@ -168,11 +169,7 @@ def test_worker_retries_and_tune_restarts_count_against_one_budget(env):
     of the restarted worker's own (issue 35)."""
     import json
 
-    study = _study("packbudget", kind="faultypack", seeds=range(4), seeds_per_trial=2,
-                   grid={"threshold": [0.02, 0.1]}, pack_size=8, max_failures=2,
-                   gpus_per_trial=0,
-                   fixed={"+nan_seed": 1, "+fault": "nan_exit_nan",
-                          "+marker_dir": str(env / "markers")})
+    study = _faulty_pack_study("packbudget", "nan_exit_nan", env)
     start_ray(None)
     s = run_study(study, env / "results", progress="none")
     with_nan = sorted(t.trial_id for t in study.trials if 1 in t.config.seeds)
