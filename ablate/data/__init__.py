@@ -104,7 +104,9 @@ def _hashable(name: str, params: dict) -> dict:
     if name in TU_NAMES and key.get("split") == "earlier":  # the split rule before issue 33
         del key["split"]
         if key.get("n_train_val") is None:
-            key["n_train_val"] = EARLIER_TU_N_TRAIN_VAL[name]
+            from ablate.data.tu import EARLIER_N_TRAIN_VAL
+
+            key["n_train_val"] = EARLIER_N_TRAIN_VAL[name.upper()]
         key["_code"] = _generator_digest(name, earlier=True)
         return key
     if name in ("mnist_sp", "digits_sp"):
@@ -163,7 +165,6 @@ SAME_DATA_EARLIER: dict[str, str] = {
 # training graphs). `split=earlier` is the rule before; its recipes hash as they did (the
 # parameter left out, n_train_val at its earlier default), so their trial ids stay.
 TU_NAMES = ("proteins", "dd", "collab")
-EARLIER_TU_N_TRAIN_VAL = {"proteins": 500, "dd": 462, "collab": 500}
 
 
 @functools.cache
