@@ -1,0 +1,357 @@
+"""MNIST-75SP: the authors' own training code beside ours, on the same prepared graphs.
+
+    python benchmarks/mnist_train_reference.py --authors /path/to/graph_attention_pool \\
+        --row sup --seeds 0,1,2 --side both                    # 30 epochs, both sides at once
+    python benchmarks/mnist_train_reference.py --authors ... --row sup --seeds 0 --epochs 5 \\
+        --n-train 10000 --side ours --set stats=padded          # a short bisection run
+    python benchmarks/mnist_train_reference.py --summary --out FILE.jsonl [--markdown]
+
+Issue 34. The data: the real MNIST IDX files (`--mnist`, default the shared fixtures) through
+`ablate.data.mnist` with the `mnist` study's recipe (`final: true`: all 60,000 training
+images; today's SLIC rule), i.e. exactly the graphs `study=mnist` trains on.
+
+- the authors' side: their unmodified `main.py` / `train_test.py` / `chebygin.py` /
+  `attention_pooling.py` (a checkout of bknyaz/graph_attention_pool, passed as --authors and
+  fetched by the user; nothing of it is copied into this project) as a subprocess with the
+  flags of `scripts/mnist_75sp.sh` (`-D mnist-75sp --epochs 30 --lr_decay_step 20,25
+  --test_batch_size 100 -K 4 -f 4,64,512 --aggregation mean --n_hidden 0 --readout max
+  --dropout 0.5 --img_features mean,coord --img_noise_levels 0.4,0.6 --pool_arch fc_prev
+  --kl_weight 100`, plus `--pool attn_sup_threshold_skip_skip_0.01` for the supervised row),
+  `--seed s`, `--device cpu`, `--debug` (their switch that tests after every epoch, so the
+  per-epoch NOISY curve is read from their log; it changes nothing in training).
+  Adapters, nothing else: a stand-in `torchvision` module (imported for MNIST-28x28 only;
+  PyPI's torchvision does not load beside this torch build), and our graphs written in the
+  format their `MNIST75sp` reads (`mnist_75sp_{train,test}.pkl`: labels, then per image the
+  superpixel intensities (N, 1) and centres (N, 2) in pixels, which they divide by 28) with
+  OUR noise draws in their `mnist_75sp_noise.pt` / `_color_noise.pt` (theirs are N(0, 1)
+  per padded slot, multiplied by 0.4 / 0.6 in their standardised units; ours are N(0, 1) per
+  node x 0.4 / 0.6 x the padded std in raw units (`ablate.data.mnist`): the same noise once
+  both are in raw units, so both sides are tested on the same noisy graphs).
+- our side: `ablate.trial` (the `mnist` study's ChebyGIN row: `backbone=chebygin_ref`,
+  `supervision=sup` or the global pool) on the same graphs, trained by `fit` with the test
+  splits evaluated at the --checkpoints epochs. `--set KEY=VALUE` changes one TrialConfig
+  field for a bisection run (the record names it).
+- `--n-train N`: both sides train on the first N training graphs only (a short bisection run;
+  rounded down to a multiple of 32: their `compute_feature_stats` concatenates whole batches).
+
+Each (side, row, seed) is a JSON line in --out: per checkpoint epoch the TEST / NOISY /
+NOISY-C accuracy (%), seconds, peak RSS, the flags. `--summary` prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pickle
+import platform
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_spec = importlib.util.spec_from_file_location("tu_fidelity", Path(__file__).with_name("tu_fidelity.py"))
+_tu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tu)
+
+MNIST = ROOT.parent / "shared" / "fixtures" / "mnist"
+SPLITS = ("test_orig", "test_noisy", "test_noisyc")
+N_PAD = 75  # MNIST-75SP: at most 75 superpixels (their noise tensors are (n, 75))
+AUTHORS_FLAGS = ["-D", "mnist-75sp", "--test_batch_size", "100", "-K", "4", "-f", "4,64,512",
+                 "--aggregation", "mean", "--n_hidden", "0", "--readout", "max", "--dropout", "0.5",
+                 "--threads", "0", "--img_features", "mean,coord", "--img_noise_levels", "0.4,0.6",
+                 "--pool_arch", "fc_prev", "--kl_weight", "100"]
+ROWS = {"sup": ["--pool", "attn_sup_threshold_skip_skip_0.01"], "global": []}
+
+
+def recipe(mnist: Path):
+    """The `mnist` study's data recipe on the real files (resolved TrialConfig of its sup row)."""
+    from ablate.config import TrialConfig, resolve
+
+    return resolve(TrialConfig(dataset="mnist_sp", backbone="chebygin_ref", supervision="sup",
+                               data_params={"path": str(mnist), "final": True}))
+
+
+def our_splits(mnist: Path) -> dict:
+    from ablate.data import load_graphsets
+
+    cfg = recipe(mnist)
+    return load_graphsets(cfg.dataset, **cfg.data_kwargs)
+
+
+def raw_graphs(mnist: Path) -> dict:
+    """The recipe's graphs with UNSTANDARDISED features, built as `ablate.data.mnist.generate_mnist`
+    builds them (same image order), and the noise draws of its noisy tests in N(0, 1) units."""
+    from ablate.data import mnist as m
+    from ablate.data import resolve_params
+
+    p = resolve_params("mnist_sp", recipe(mnist).data_params)
+    train_x, train_y, test_x, test_y = m.load_mnist_arrays(p["path"])
+    rng = np.random.default_rng(p["split_seed"])
+    perm = rng.permutation(len(train_x))
+    tr = perm[:p["n_train"] + p["n_val"]] if p["final"] else perm[:p["n_train"]]
+    te = rng.permutation(len(test_x))[:p["n_test"]]
+    images = {"train": train_x[tr].astype(np.float32) / 255.0, "val": train_x[:0].astype(np.float32),
+              "test": test_x[te].astype(np.float32) / 255.0}
+    labels = {"train": train_y[tr], "val": train_y[:0], "test": test_y[te]}
+    raw = m.raw_splits(images, labels, gt=p["gt"], slic=p["slic"])
+    n = raw["test"].total_nodes
+    z = np.random.default_rng([p["noise_seed"], 0]).standard_normal((n, 1))
+    zc = np.random.default_rng([p["noise_seed"], 1]).standard_normal((n, m.N_INTENSITY))
+    return {"train": raw["train"], "test": raw["test"], "noise": z, "noise_c": zc}
+
+
+def cached_raw(mnist: Path, work: Path) -> dict:
+    """`raw_graphs`, kept in `work` (SLIC over 70,000 images takes minutes)."""
+    from ablate.data.graphs import GraphSet
+
+    path = work / "raw_graphs.npz"
+    if not path.exists():
+        raw = raw_graphs(mnist)
+        arrays = {f"{s}.{k}": v for s in ("train", "test") for k, v in raw[s].arrays().items()}
+        np.savez(work / "raw_graphs.tmp.npz", noise=raw["noise"], noise_c=raw["noise_c"], **arrays)
+        os.replace(work / "raw_graphs.tmp.npz", path)
+    with np.load(path) as z:
+        out = {s: GraphSet.from_fields({k.split(".", 1)[1]: z[k] for k in z.files
+                                        if k.startswith(s + ".")}) for s in ("train", "test")}
+        out.update(noise=z["noise"], noise_c=z["noise_c"])
+    return out
+
+
+def check_same(raw: dict, ours: dict) -> None:
+    """Our standardised splits are the raw graphs standardised: same graphs, same order, same
+    noise (the noisy test minus the clean one, in N(0, 1) units)."""
+    from ablate.data import mnist as m
+
+    mean, std = m.feature_stats(raw["train"].x)
+    for split in ("train", "test"):
+        a, b = raw[split], ours["test_orig" if split == "test" else "train"]
+        assert len(a) == len(b) and np.array_equal(a.y, b.y), f"{split}: other graphs"
+        assert np.allclose((a.x - mean) / std, b.x, atol=1e-5), f"{split}: other features"
+    factor = m.noise_factor(raw["train"], std[0])
+    d = ours["test_noisy"].x[:, 0] - ours["test_orig"].x[:, 0]
+    assert np.allclose(d, raw["noise"][:, 0] * m.NOISE_STD * factor, atol=1e-4), "other noise"
+
+
+def write_authors_data(raw: dict, folder: Path, n_train: int | None) -> None:
+    """Their `MNIST75sp` files: (labels, [(intensity (N, 1), centre (N, 2) in pixels, order)])."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "test"):
+        gs = raw[split]
+        count = len(gs) if split == "test" or not n_train else min(n_train, len(gs))
+        data = []
+        for i in range(count):
+            a, b = gs.node_ptr[i], gs.node_ptr[i + 1]
+            data.append((gs.x[a:b, :1].copy(), (gs.coord[a:b] * 28).astype(np.float32),
+                         np.arange(b - a)))
+        with open(folder / f"mnist_75sp_{split}.pkl", "wb") as f:
+            pickle.dump((gs.y[:count].astype(np.int32), data), f, protocol=4)
+    gs = raw["test"]
+    noise = np.zeros((len(gs), N_PAD), np.float32)
+    noise_c = np.zeros((len(gs), N_PAD, 3), np.float32)
+    for i in range(len(gs)):
+        a, b = gs.node_ptr[i], gs.node_ptr[i + 1]
+        noise[i, :b - a] = raw["noise"][a:b, 0]
+        noise_c[i, :b - a] = raw["noise_c"][a:b]
+    torch.save(torch.from_numpy(noise), folder / "mnist_75sp_noise.pt")
+    torch.save(torch.from_numpy(noise_c), folder / "mnist_75sp_color_noise.pt")
+    (folder / "READY").write_text("ok\n")
+
+
+def authors_cmd(row: str, seed: int, epochs: int, decay: list[int], folder: Path) -> list[str]:
+    steps = ",".join(str(e) for e in decay if e < epochs) or str(epochs + 1)
+    return [sys.executable, "main.py", *AUTHORS_FLAGS, *ROWS[row], "--epochs", str(epochs),
+            "--lr_decay_step", steps, "--seed", str(seed), "--device", "cpu", "--debug",
+            "--results", "None", "-d", str(folder)]
+
+
+def parse_authors(log: str) -> dict[int, list[float]]:
+    """epoch -> [TEST, NOISY, NOISY-C] accuracy (%) from their log (three test lines an epoch)."""
+    out: dict[int, list[float]] = {}
+    for epoch, acc in re.findall(r"Test set \(epoch (\d+)\): Avg loss.*?\(([\d.]+)%\)", log):
+        out.setdefault(int(epoch), []).append(float(acc))
+    return {e: v for e, v in out.items() if len(v) == 3}
+
+
+def start_authors(row: str, seed: int, epochs: int, decay: list[int], authors: Path, folder: Path,
+                  work: Path) -> tuple[subprocess.Popen, Path, float]:
+    env = {**os.environ, "PYTHONPATH": str(_tu.standin_path(work)), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = authors_cmd(row, seed, epochs, decay, folder)
+    log = work / f"authors_{row}_seed{seed}_e{epochs}_{folder.name}.log"
+    timed = ["/usr/bin/time", "-v", *cmd] if Path("/usr/bin/time").exists() else cmd
+    f = open(log, "w")
+    f.write(" ".join(cmd) + "\n")
+    f.flush()
+    proc = subprocess.Popen(timed, cwd=authors, env=env, stdout=f, stderr=subprocess.STDOUT)
+    return proc, log, time.perf_counter()
+
+
+def finish_authors(proc: subprocess.Popen, log: Path, t0: float) -> dict:
+    rc = proc.wait()
+    secs = time.perf_counter() - t0
+    text = log.read_text()
+    if rc != 0:
+        raise RuntimeError(f"the authors' main.py failed (exit {rc}); see {log}")
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    return {"epochs": parse_authors(text), "seconds": round(secs, 1),
+            "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None, "log": str(log)}
+
+
+def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: list[int],
+             splits: dict, n_train: int | None, sets: dict) -> dict:
+    import dataclasses
+
+    import torch
+
+    from ablate.trial.batches import TrainBatches, eval_batches
+    from ablate.trial.evaluate import evaluate
+    from ablate.trial.fit import fit
+    from ablate.trial.setup import model_sizes, seeded_model
+
+    torch.set_num_threads(1)
+    cfg = recipe(Path(splits["_path"]))
+    change = dict(epochs=epochs, lr_decay_epochs=tuple(e for e in decay if e < epochs),
+                  seeds=(seed,), device="cpu", loo_auc=False, **sets)
+    if row == "global":
+        change.update(pool_layers=(), supervision="unsup")
+    cfg = dataclasses.replace(cfg, **change)
+    train = splits["train"]
+    if n_train:
+        train = train.subset(np.arange(min(n_train, len(train))))
+    data = {"train": train, **{s: splits[s] for s in SPLITS}}
+    in_ch, out_ch = model_sizes(cfg, data)
+    t0 = time.perf_counter()
+    batches = TrainBatches(train, torch.device("cpu"))
+    model = seeded_model(cfg, seed, in_ch, out_ch, torch.device("cpu"))
+    tests = {s: eval_batches(splits[s], cfg.test_batch_size, "cpu") for s in SPLITS}
+    curve: dict[int, list[float]] = {}
+
+    def on_epoch(epoch: int, loss: float) -> None:
+        if epoch in checkpoints or epoch == epochs:
+            curve[epoch] = [round(100 * evaluate(model, tests[s], cfg)["accuracy"], 2) for s in SPLITS]
+            print(f"  ours {row} seed {seed} epoch {epoch}: loss {loss:.4f} "
+                  + " / ".join(f"{v:.2f}" for v in curve[epoch])
+                  + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    fit(model, cfg, batches, seed, on_epoch)
+    return {"epochs": curve, "seconds": round(time.perf_counter() - t0, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def summary(path: Path, as_markdown: bool = False) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["side"], r["row"], r["epochs_total"], r.get("n_train"), json.dumps(r.get("set", {})))
+        groups.setdefault(key, []).append(r)
+    sep = " | " if as_markdown else "  "
+    if as_markdown:
+        print("| side | row | epochs | train graphs | change | seeds | epoch | TEST | NOISY | NOISY-C |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    for (side, row, total, n_train, change), rs in sorted(groups.items()):
+        epochs = sorted({int(e) for r in rs for e in r["curve"]})
+        for e in epochs:
+            vals = np.array([r["curve"][str(e)] for r in rs if str(e) in r["curve"]])
+            cells = [f"{m:.2f} ± {s:.2f}" if len(vals) > 1 else f"{m:.2f}"
+                     for m, s in zip(vals.mean(0), vals.std(0, ddof=1) if len(vals) > 1 else vals[0])]
+            head = [side, row, str(total), str(n_train or "all"), change if change != "{}" else "",
+                    ",".join(str(r["seed"]) for r in rs), str(e)]
+            line = sep.join(head + cells)
+            print(f"| {line} |" if as_markdown else line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--authors", type=Path, help="a checkout of bknyaz/graph_attention_pool")
+    ap.add_argument("--mnist", type=Path, default=MNIST, help="folder with the four MNIST IDX files")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/mnist_train_reference"),
+                    help="scratch: the authors' data files and logs")
+    ap.add_argument("--side", choices=("authors", "ours", "both"), default="both")
+    ap.add_argument("--row", choices=tuple(ROWS), default="sup")
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--decay", default="20,25", help="LR x0.1 at these epochs (those < --epochs)")
+    ap.add_argument("--checkpoints", default="1,2,3,5,10,15,20,25,30")
+    ap.add_argument("--n-train", type=int, default=None)
+    ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE TrialConfig changes (ours)")
+    ap.add_argument("--out", type=Path,
+                    default=ROOT / "benchmarks" / "results" / "mnist_train_reference.jsonl")
+    ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    if args.summary:
+        summary(args.out, args.markdown)
+        return
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.n_train:  # their feature statistics need whole batches of 32 (`compute_feature_stats`)
+        args.n_train -= args.n_train % 32
+    decay = [int(e) for e in args.decay.split(",") if e]
+    checkpoints = [int(e) for e in args.checkpoints.split(",")]
+    sets = dict(kv.split("=", 1) for kv in args.set)
+    sets = {k: _value(v) for k, v in sets.items()}
+    if not args.mnist.is_dir():
+        sys.exit(f"error: --mnist {args.mnist} is not a folder")
+    args.work.mkdir(parents=True, exist_ok=True)
+    folder = args.work / f"data_{args.n_train or 'all'}"
+    procs = []
+    if args.side in ("authors", "both"):
+        if args.authors is None or not (args.authors / "main.py").is_file():
+            sys.exit("error: --authors must name a checkout of bknyaz/graph_attention_pool")
+        if not (folder / "READY").exists():
+            raw = cached_raw(args.mnist, args.work)
+            check_same(raw, our_splits(args.mnist))
+            write_authors_data(raw, folder, args.n_train)
+            del raw
+        for seed in seeds:  # one process per seed, all at once: give it the cores
+            procs.append((seed, start_authors(args.row, seed, args.epochs, decay, args.authors,
+                                              folder, args.work)))
+    common = {"row": args.row, "epochs_total": args.epochs, "n_train": args.n_train,
+              "machine": f"{platform.node()} {platform.processor() or platform.machine()} "
+                         f"{os.cpu_count()} cores",
+              "git_sha": _git("rev-parse", "--short", "HEAD"),
+              "git_dirty": bool(_git("status", "--porcelain"))}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.side in ("ours", "both"):
+        splits = our_splits(args.mnist)
+        splits["_path"] = str(args.mnist)
+        for seed in seeds:
+            got = run_ours(args.row, seed, args.epochs, decay, checkpoints, splits, args.n_train, sets)
+            _write(args.out, {"side": "ours", "seed": seed, "set": sets, **common,
+                              "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
+    for seed, (proc, log, t0) in procs:
+        got = finish_authors(proc, log, t0)
+        _write(args.out, {"side": "authors", "seed": seed, **common,
+                          "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
+
+
+def _git(*cmd: str) -> str:
+    out = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _write(path: Path, rec: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print(json.dumps({k: v for k, v in rec.items() if k != "machine"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""The measured tables of the docs, generated from the JSON the benchmarks wrote.
+
+    python benchmarks/tables.py           # rewrite every generated table in place
+    python benchmarks/tables.py --check   # exit 1, naming each table, when a doc differs
+
+A doc holds a generated table between two markers, `<!-- generated:NAME -->` and
+`<!-- /generated:NAME -->`; NAME is a function of `TABLES` below, which reads its files under
+`benchmarks/results/` and returns the Markdown (the table and a line naming its source: file,
+commit, whether the tree was modified, machine, date). Nothing in a generated table is typed by
+hand: `tests/test_tables.py` fails when a doc's table differs from what this script makes of the
+files on disk. A table whose source files are missing says so instead of a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARK = re.compile(r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)",
+                  re.S)
+
+
+def _load(rel: str) -> dict | None:
+    p = RESULTS / rel
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _lines(rel: str) -> list[dict]:
+    p = RESULTS / rel
+    return [json.loads(s) for s in p.read_text().splitlines() if s.strip()] if p.exists() else []
+
+
+def _tree(sha: str | None, dirty) -> str:
+    if not sha:
+        return "commit not recorded"
+    if dirty is None:
+        return f"commit {sha}, tree state not recorded (the run predates the flag)"
+    return f"commit {sha}, {'modified' if dirty else 'clean'} tree"
+
+
+def _source(rel: str, machine: dict | None = None, sha: str | None = None, dirty=None,
+            extra: str = "") -> str:
+    m = machine or {}
+    sha = sha or m.get("git_sha")
+    dirty = dirty if dirty is not None else m.get("git_dirty")
+    where = ", ".join(str(x) for x in (m.get("gpu"), m.get("driver") and f"driver {m['driver']}",
+                                       m.get("cpus") and f"{m['cpus']} CPUs",
+                                       m.get("torch") and f"torch {m['torch']}") if x)
+    date = (m.get("date") or "")[:10]
+    parts = [f"`benchmarks/results/{rel}`", _tree(sha, dirty)] + [x for x in (where, date, extra) if x]
+    return "Source: " + "; ".join(parts) + "."
+
+
+def _missing(rel: str) -> str:
+    return f"Not measured: `benchmarks/results/{rel}` is not in this checkout.\n"
+
+
+def gpu_steps() -> str:
+    rel = "h100-2026-11-26-rerun/gpu_check.json"
+    d = _load(rel)
+    if d is None:
+        return _missing(rel)
+    rows = d["sections"]["steps"]["rows"]
+    out = ["| dataset | members | eager ms/step | replayed ms/step | speed-up | kernels / launches per "
+           "step, replayed | s per seed-epoch, with validation | validation share | peak GPU MB |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['dataset'].upper()} | {r['S']} | {r['eager_ms']:.1f} | {r['replay_ms']:.2f} | "
+                   f"{r['speedup']:.1f}x | {r['kernels_replay']:.0f} / {r['launches_replay']:.0f} | "
+                   f"{r['s_per_seed_epoch_with_val']:.4g} | {100 * r['val_share']:.1f}% | "
+                   f"{r['peak_mb']:.0f} |")
+    s = d["sections"]["steps"]
+    return "\n".join(out) + "\n\n" + _source(
+        rel, d["machine"], extra=f"medians of {s['repeats']} timings of {s['steps_per_timing']} steps "
+                                 "after warm-up and capture; `python benchmarks/gpu_check.py OUT`") + "\n"
+
+
+def gpu_recipes() -> str:
+    rel = "h100-2026-11-26-rerun/gpu_check.json"
+    d = _load(rel)
+    if d is None:
+        return _missing(rel)
+    s = d["sections"]
+    c, t, i = s["colors_recipe"], s["triangles_recipe"], s["init"]
+    out = ["| run | wall | per seed | results (mean over the seeds) |", "|---|---:|---:|---|",
+           f"| COLORS ChebyGIN sup, {c['seeds']} seeds, {c['epochs']} epochs, one pack | "
+           f"{c['wall_s']:.1f} s | "
+           f"{c['s_per_seed']:.2f} s | ORIG {c['acc_test_orig']:.1f}, LARGE {c['acc_test_large']:.1f}, "
+           f"LARGE-C {c['acc_test_largec']:.1f}, pooled AUC {c['pooled_auc_l0']:.1f} |",
+           f"| TRIANGLES ChebyGIN sup, {t['seeds']} seeds, {t['epochs']} epochs, one pack | "
+           f"{t['wall_s']:.0f} s | "
+           f"{t['s_per_seed']:.1f} s | ORIG {t['acc_test_orig']:.1f}, LARGE {t['acc_test_large']:.1f}, "
+           f"pooled AUC {t['pooled_auc_l0']:.1f} |",
+           f"| `init`: {i['inits']} inits of p, COLORS GIN unsup, packs of "
+           f"{' + '.join(str(p) for p in i['pack_seeds'])} | {i['wall_s']:.0f} s | "
+           f"{i['wall_s'] / i['inits']:.2f} s | test accuracy {i['test_acc_mean']:.1f}, AUC "
+           f"{i['test_auc_mean']:.1f}, r(accuracy, AUC) = {i['r_acc_auc']:.2f} |"]
+    tests = s["tests"]
+    return "\n".join(out) + "\n\n" + _source(
+        rel, d["machine"], extra=f"CUDA tests in the same run: {tests['passed']} passed, "
+                                 f"{tests['failed']} failed") + "\n"
+
+
+def scale() -> str:
+    rows = []
+    for rel, label in (("cpu-2026-11-26-scale/real.json", ""),
+                       ("cpu-2026-11-26-scale/instant.json", " `--instant`")):
+        d = _load(rel)
+        if d is None:
+            return _missing(rel)
+        for r in d["rows"]:
+            rows.append(f"| {r['trials']:,}{label} | {r['first_started_s']:.1f} s | "
+                        f"{r['first_stored_s']:.1f} s | {r['wall_s']:.1f} s | "
+                        f"{r['overhead_ms']:.1f} ms ({r['steady_overhead_ms']:.1f} ms) | "
+                        f"{r['peak_rss_mb']:.0f} MB | {r['store_mb']:.1f} MB, {r['store_files']:,} files |")
+    head = ["| trials | first trial started | first trial stored | wall | overhead per trial "
+            "(steady state) | driver peak RSS | store |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    return "\n".join(head + rows) + "\n\nSource: `benchmarks/results/cpu-2026-11-26-scale/real.json`, " \
+        "`instant.json` (`python benchmarks/bench_scale.py [--instant] --json OUT`; 2 cores, " \
+        "2026-11-26; commit not recorded: the files predate the field).\n"
+
+
+def tu_fidelity() -> str:
+    """The table `tu_fidelity.py --summary --markdown` prints (its own function, imported)."""
+    import contextlib
+    import importlib.util
+    import io
+
+    rel = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
+    recs = _lines(rel)
+    if not recs:
+        return _missing(rel)
+    spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
+    tu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tu)
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in sorted(recs, key=lambda r: r["seed"]):
+        groups.setdefault((r["row"], r["side"]), []).append(r["test_acc"])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        tu.markdown(groups)
+    shas = sorted({r["git_sha"][:7] + ("*" if r.get("git_dirty") else "") for r in recs if r.get("git_sha")})
+    return buf.getvalue() + f"\nSource: `benchmarks/results/{rel}` (`python benchmarks/tu_fidelity.py`; " \
+        f"commits {', '.join(shas)}, * = modified tree; {recs[0].get('machine', '')}, one torch " \
+        "thread per run).\n"
+
+
+def mnist_reference() -> str:
+    rel = "cpu-2026-11-27-mnist-train-reference/mnist_train_reference.jsonl"
+    recs = [r for r in _lines(rel) if not r.get("set") and not r.get("n_train")]
+    if not recs:
+        return _missing(rel)
+    out = ["| side | row | epochs | seeds | TEST | NOISY | NOISY-C | seconds per seed |",
+           "|---|---|---:|---|---:|---:|---:|---:|"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in recs:
+        groups.setdefault((r["row"], r["epochs_total"], r["side"]), []).append(r)
+    for (row, total, side), rs in sorted(groups.items()):
+        last = [r["curve"][str(total)] for r in rs if str(total) in r["curve"]]
+        if not last:
+            continue
+        cells = []
+        for k in range(3):
+            v = [x[k] for x in last]
+            sd = f" ± {statistics.stdev(v):.2f}" if len(v) > 1 else ""
+            cells.append(f"{statistics.mean(v):.2f}{sd}")
+        secs = statistics.median(r["seconds"] for r in rs)
+        out.append(f"| {side} | {row} | {total} | {','.join(str(r['seed']) for r in rs)} | "
+                   + " | ".join(cells) + f" | {secs:.0f} |")
+    shas = sorted({f"{r['git_sha']}{' (modified tree)' if r.get('git_dirty') else ''}" for r in recs})
+    return "\n".join(out) + f"\n\nSource: `benchmarks/results/{rel}` " \
+        f"(`python benchmarks/mnist_train_reference.py`; {', '.join(shas)}; {recs[0].get('machine', '')}).\n"
+
+
+def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
+    """bench_memory's '# NAME: {json}' lines of one log, and the commit / modified flag its
+    first lines record (absent in logs written before it did)."""
+    p = RESULTS / rel
+    if not p.exists():
+        return {}, None, None
+    text = p.read_text().splitlines()
+    sha = text[0] if text and re.fullmatch(r"[0-9a-f]{40}", text[0]) else None
+    dirty = (text[1].strip() != "0") if sha and len(text) > 1 else None
+    out = {}
+    for line in text:
+        m = re.match(r"# ([a-z_]+): (\{.*\})$", line)
+        if m:
+            out[m.group(1)] = json.loads(m.group(2))
+    return out, sha, dirty
+
+
+def memory() -> str:
+    logs = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/bench_memory.log"]
+    names = {"colors": "COLORS", "triangles": "TRIANGLES", "mnist_sp": "MNIST-75SP",
+             "dd": "D&D-shaped", "collab": "COLLAB-shaped"}
+    rows, sources = {}, []
+    for rel in logs:  # a later log replaces an earlier one's rows
+        got, sha, dirty = _memory_lines(rel)
+        for name, rec in got.items():
+            rows[name] = (rec, rel)
+        if got:
+            sources.append(f"`benchmarks/results/{rel}` ({', '.join(names[n] for n in got)}; "
+                           f"{_tree(sha[:7] if sha else None, dirty)})")
+    out = ["| data set | graphs (train / largest test) | prepared | prepare | driver peak | evaluate the "
+           "largest test split | worker peak | declared to Ray |", "|---|---|---:|---:|---:|---|---:|---:|"]
+    for name, label in names.items():
+        if name not in rows:
+            out.append(f"| {label} | not measured since the logs were kept | | | | | | |")
+            continue
+        r, _ = rows[name]
+        loo = "with leave-one-out" if r["loo"] else "no leave-one-out"
+        out.append(f"| {label} | {r['graphs']['train']} / {r['eval_graphs']} | {r['file_mb']:.1f} MB | "
+                   f"{r['prepare_s']:.1f} s | {r['prepare_peak_mb']:.0f} MB | {r['split']}: "
+                   f"{r['eval_s']:.1f} s ({loo}) | {r['eval_peak_mb']:.0f} MB | {r['declared_mb']:.0f} MB |")
+    return "\n".join(out) + "\n\nSource: " + "; ".join(sources) + \
+        " (`python benchmarks/bench_memory.py`; 2 cores, other work running at times; one run).\n"
+
+
+def _estimate_walls(rel: str = "cpu-2026-11-26-estimate/estimate.log") -> dict[str, float]:
+    """study -> measured wall (s) from `bench_estimate.py`'s table (its only output then)."""
+    p = RESULTS / rel
+    out = {}
+    if p.exists():
+        for line in p.read_text().splitlines():
+            m = re.match(r"(\w+)\s+[\d.]+ s\s+([\d.]+) s\s+[\d.]+", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def _tu_seconds() -> dict[str, float]:
+    """TU row -> median seconds per seed on one core, ours (`tu_fidelity.jsonl`)."""
+    per: dict[str, list[float]] = {}
+    for r in _lines("cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"):
+        if r.get("side") == "ours" and r.get("seconds"):
+            per.setdefault(r["row"], []).append(float(r["seconds"]))
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def _minutes(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def studies() -> str:
+    """The README's studies table: size from the study files, walls from benchmark output."""
+    sys.path.insert(0, str(ROOT))
+    from ablate.runner.compose import _read_yaml, list_studies, load_spec, seed_list, study_files
+    from ablate.runner.study import plan_size
+
+    walls = _estimate_walls()
+    gpu = _load("h100-2026-11-26-rerun/gpu_check.json")
+    tu = _tu_seconds()
+    out = ["| study | what | trials / seeds | 2 CPU cores, measured | one H100, measured |",
+           "|---|---|---:|---|---|"]
+    for name, desc in list_studies().items():
+        raw = _read_yaml(study_files()[name][0])
+        if raw.get("search") or raw.get("arms"):
+            arms = raw.get("arms") or {}
+            size = f"{len(arms)} arms x {raw.get('n_trials', '?')} Optuna trials"
+        else:
+            grid = raw.get("grid") or {}
+            combos = 1
+            for v in grid.values():
+                combos *= len(v) if isinstance(v, list) else 1
+            base = seed_list(raw.get("seeds", [0]))
+            variants = raw.get("variants") or [{}]
+            seeds = combos * sum(len(seed_list(v["seeds"])) if "seeds" in v else len(base)
+                                 for v in variants)
+            size = f"{plan_size(load_spec(name))[0]} / {seeds}"
+        cpu = (f"{_minutes(walls[name])} (`bench_estimate.py`, 2026-11-26)" if name in walls
+               else "not measured")
+        if name == "tu" and tu:
+            cpu = "per seed on one core: " + ", ".join(
+                f"{row} {_minutes(sec)}" for row, sec in sorted(tu.items()) if not row.endswith("_gcn"))
+        g = "not measured"
+        if gpu and name == "init":
+            i = gpu["sections"]["init"]
+            g = f"{i['wall_s']:.0f} s for the {i['inits']} inits through the trial path (no runner)"
+        if gpu and name == "paper":
+            c, t = gpu["sections"]["colors_recipe"], gpu["sections"]["triangles_recipe"]
+            g = (f"COLORS ChebyGIN sup {c['wall_s']:.1f} s, TRIANGLES ChebyGIN sup {t['wall_s']:.0f} s "
+                 "(10 seeds each, trial path); other rows not measured")
+        out.append(f"| `{name}` | {desc.replace('|', '/')} | {size} | {cpu} | {g} |")
+    return "\n".join(out) + "\n\nSources: `benchmarks/results/cpu-2026-11-26-estimate/estimate.log`, " \
+        "`cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl`, `h100-2026-11-26-rerun/gpu_check.json` " \
+        "([docs/performance.md](docs/performance.md)); trials / seeds from the study files.\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "studies": studies,
+    "memory": memory,
+    "gpu_steps": gpu_steps, "gpu_recipes": gpu_recipes, "scale": scale,
+    "tu_fidelity": tu_fidelity, "mnist_reference": mnist_reference,
+}
+
+
+def render(text: str) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in TABLES:
+            raise SystemExit(f"error: unknown generated table {name!r} (known: {', '.join(TABLES)})")
+        return m.group(1) + TABLES[name]() + m.group(4)
+
+    return MARK.sub(sub, text)
+
+
+def stale(docs: list[Path] = DOCS) -> list[str]:
+    """'doc: table' for every generated table whose text differs from what the JSON gives."""
+    out = []
+    for doc in docs:
+        text = doc.read_text()
+        new = render(text)
+        if new != text:
+            old = {m.group("name"): m.group("body") for m in MARK.finditer(text)}
+            for m in MARK.finditer(new):
+                if old.get(m.group("name")) != m.group("body"):
+                    out.append(f"{doc.relative_to(ROOT)}: {m.group('name')}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a table differs")
+    args = ap.parse_args()
+    if args.check:
+        bad = stale()
+        for b in bad:
+            print(f"stale generated table: {b} (run python benchmarks/tables.py)")
+        sys.exit(1 if bad else 0)
+    for doc in DOCS:
+        text = doc.read_text()
+        new = render(text)
+        if new != text:
+            doc.write_text(new)
+            print(f"updated {doc.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
