@@ -141,7 +141,10 @@ def _display(argv: list[str]):
 
     modes = [a.split("=", 1)[1] for a in argv if a.startswith("progress=")]
     mode = modes[-1] if modes else "auto"
-    return Progress(study_name(_study_name(argv)), mode=mode if mode in PROGRESS_MODES else "none")
+    from ablate.runner.driver import epoch_report_s
+
+    return Progress(study_name(_study_name(argv)), mode=mode if mode in PROGRESS_MODES else "none",
+                    epoch_every_s=6 * epoch_report_s())
 
 
 def dry_run(study, options) -> str:

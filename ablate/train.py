@@ -1,6 +1,6 @@
 """The old home of one graph trial, kept so `ablate.train.run_trial(config)` still works.
 
-The trial engine now lives in `ablate.trial` (see README, "Design"); import from
+The trial engine now lives in `ablate.trial` (see docs/design.md); import from
 `ablate.trial.graph` in new code.
 """
 

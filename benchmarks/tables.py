@@ -252,7 +252,7 @@ def _minutes(s: float) -> str:
 def studies() -> str:
     """The README's studies table: size from the study files, walls from benchmark output."""
     sys.path.insert(0, str(ROOT))
-    from ablate.runner.compose import _read_yaml, list_studies, load_spec, seed_list, study_files
+    from ablate.runner.compose import list_studies, load_spec, seed_list, study_file
     from ablate.runner.study import plan_size
 
     walls = _estimate_walls()
@@ -261,7 +261,7 @@ def studies() -> str:
     out = ["| study | what | trials / seeds | 2 CPU cores, measured | one H100, measured |",
            "|---|---|---:|---|---|"]
     for name, desc in list_studies().items():
-        raw = _read_yaml(study_files()[name][0])
+        raw = study_file(name)
         if raw.get("search") or raw.get("arms"):
             arms = raw.get("arms") or {}
             size = f"{len(arms)} arms x {raw.get('n_trials', '?')} Optuna trials"
@@ -312,6 +312,10 @@ def render(text: str) -> str:
     return MARK.sub(sub, text)
 
 
+def _rel(doc: Path) -> str:
+    return str(doc.relative_to(ROOT)) if doc.is_relative_to(ROOT) else str(doc)
+
+
 def stale(docs: list[Path] = DOCS) -> list[str]:
     """'doc: table' for every generated table whose text differs from what the JSON gives."""
     out = []
@@ -322,7 +326,7 @@ def stale(docs: list[Path] = DOCS) -> list[str]:
             old = {m.group("name"): m.group("body") for m in MARK.finditer(text)}
             for m in MARK.finditer(new):
                 if old.get(m.group("name")) != m.group("body"):
-                    out.append(f"{doc.relative_to(ROOT)}: {m.group('name')}")
+                    out.append(f"{_rel(doc)}: {m.group('name')}")
     return out
 
 
@@ -340,7 +344,7 @@ def main() -> None:
         new = render(text)
         if new != text:
             doc.write_text(new)
-            print(f"updated {doc.relative_to(ROOT)}")
+            print(f"updated {_rel(doc)}")
 
 
 if __name__ == "__main__":

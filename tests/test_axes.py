@@ -1,4 +1,4 @@
-"""Adding an ablation axis: the `scorer_relu` axis as the worked example (README, "Design").
+"""Adding an ablation axis: the `scorer_relu` axis as the worked example (docs/design.md).
 
 A new axis is one config field, one function and one YAML key; trials stored before it
 existed keep their ids (`ablate.config.ADDED_AXES`), and the analysis reads their rows as

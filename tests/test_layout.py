@@ -1,4 +1,4 @@
-"""The floors of the house (README, "What is inside"): imports only go down, no circle,
+"""The floors of the house (docs/design.md): imports only go down, no circle,
 no module reaches into another's private names, the analysis reads Parquet only."""
 
 from __future__ import annotations

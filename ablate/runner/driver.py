@@ -72,7 +72,8 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
 
     t_start = display.t0 if display is not None else time.time()
     stream = stream or sys.stderr
-    display = display or Progress(study.name, mode=progress, stream=stream, t0=t_start)
+    display = display or Progress(study.name, mode=progress, stream=stream, t0=t_start,
+                                  epoch_every_s=6 * epoch_report_s())
     quiet_ray_env()  # here, in the main thread, before Ray starts in `RayStarter`'s thread
     check_devices(study, ray_address)
     check_resources_early(study, ray_address)
@@ -342,7 +343,14 @@ def _payload(pack: Pack, spec, cache: str | None) -> dict:
             "members": [{"trial_id": m.trial_id, "config": pickle.dumps(m.config)}
                         for m in pack.trials],
             "dataset": t.dataset, "data_params": t.data_params, "data_hash": t.data_hash,
-            "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache}
+            "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache,
+            "epoch_report_s": epoch_report_s()}
+
+
+def epoch_report_s() -> float:
+    """How often a worker reports a running trial's epoch ($ABLATE_PROGRESS_EPOCH_S, 5 s);
+    a log (`progress=lines`) prints such a line at most every 6 times that."""
+    return float(os.environ.get("ABLATE_PROGRESS_EPOCH_S", "5"))
 
 
 def _blobs(trials: list[Trial], ship: bool) -> dict:

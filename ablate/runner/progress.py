@@ -98,7 +98,7 @@ class Progress:
     def __init__(self, study: str, todo: int = 0, skipped: int = 0, mode: str = "auto",
                  stream: TextIO | None = None, every_s: float = 2.0, heartbeat_s: float = 60.0,
                  t0: float | None = None, tick_s: float = 0.5, quiet_s: float = 2.0,
-                 step_every_s: float = 10.0):
+                 step_every_s: float = 10.0, epoch_every_s: float = 30.0):
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "lines"
@@ -106,6 +106,11 @@ class Progress:
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
         self.tick_s, self.quiet_s, self.step_every_s = tick_s, quiet_s, step_every_s
         self.running: set[str] = set()
+        # running packs' training: first member id -> (member ids, label, epoch, epochs,
+        # seconds per epoch), from the workers' epoch reports (`epoch`)
+        self.epochs: dict[str, tuple[tuple[str, ...], str, int, int, float]] = {}
+        self.epoch_every_s = epoch_every_s
+        self._epoch_logged = 0.0
         self.done = self.failed = self.retries = 0
         self.t0 = t0 or time.time()  # the run's start: Ray's start-up counts too
         self._last = 0.0
@@ -195,8 +200,20 @@ class Progress:
         self.running.add(tid)
         self.refresh()
 
+    def epoch(self, tids: list[str], label: str, epoch: int, epochs: int,
+              s_per_epoch: float) -> None:
+        """A running pack (`tids`) reached `epoch` of `epochs`, at `s_per_epoch` so far."""
+        with self._lock:
+            self.epochs[tids[0]] = (tuple(tids), label, epoch, epochs, s_per_epoch)
+        self.refresh()
+
+    def _drop_epochs(self, tid: str) -> None:
+        for key in [k for k, v in self.epochs.items() if tid in v[0]]:
+            del self.epochs[key]
+
     def finish(self, tid: str, status: str) -> None:
         self.running.discard(tid)
+        self._drop_epochs(tid)
         self._first_done = self._first_done or time.time()
         if status == "ok":
             self.done += 1
@@ -212,6 +229,7 @@ class Progress:
 
     def retry(self, tid: str) -> None:
         self.running.discard(tid)
+        self._drop_epochs(tid)
         self.retries += 1
         self.refresh(force=self.mode == "bar")
 
@@ -225,12 +243,27 @@ class Progress:
         left = self.todo - finished
         if finished >= 2:
             eta = _fmt((time.time() - self._first_done) / (finished - 1) * left)
+        elif self.epochs:
+            eta = _fmt(self._epoch_eta(left))
         else:
             eta = _fmt(el * left) if finished else "--"
         retry = f", {self.retries} retried" if self.retries else ""
+        training = "; ".join(f"{label} epoch {e}/{n} ({spe:.3g} s/epoch)"
+                             for _, label, e, n, spe in list(self.epochs.values())[:2])
+        more = f"; +{len(self.epochs) - 2} more" if len(self.epochs) > 2 else ""
+        training = f": {training}{more}" if training else ""
         return (f"[{self.study}] {finished}/{self.todo} finished: {self.done} ok, {self.failed} "
-                f"failed{retry}, {len(self.running)} running, {self.skipped} skipped | "
+                f"failed{retry}, {len(self.running)} running{training}, {self.skipped} skipped | "
                 f"{_fmt(el)} elapsed, ETA {eta}")
+
+    def _epoch_eta(self, left: int) -> float:
+        """Before two trials finish: the running packs' remaining epochs at their own pace, then
+        the trials not yet started, each as long as a running one, as many at once as run now."""
+        packs = list(self.epochs.values())
+        remaining = max((n - e) * spe for _, _, e, n, spe in packs)
+        per_trial = sum(n * spe for _, _, _, n, spe in packs) / len(packs)
+        waiting = max(0, left - len(self.running))
+        return remaining + waiting * per_trial / max(1, len(self.running))
 
     def refresh(self, force: bool = False) -> None:
         if self.mode == "none":
@@ -249,10 +282,14 @@ class Progress:
             else:  # a log: a line when the counts change (at most every every_s) or a heartbeat
                 counts = (self.done, self.failed, self.retries, len(self.running))
                 changed = counts != self._last_counts and now - self._last >= self.every_s
-                if force or changed or now - self._last >= self.heartbeat_s:
+                # a long trial's epochs, now and then
+                trained = bool(self.epochs) and now - self._epoch_logged >= self.epoch_every_s
+                if force or changed or trained or now - self._last >= self.heartbeat_s:
                     self.stream.write(text + "\n")
                     self.stream.flush()
                     self._last, self._last_counts = now, counts
+                    if self.epochs:
+                        self._epoch_logged = now
 
     def _refresh_step(self, now: float) -> None:
         """A driver step: nothing before `quiet_s` of the run; then a bar redrawn at every

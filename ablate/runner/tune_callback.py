@@ -61,6 +61,12 @@ class StoreCallback(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         blob = result.pop("payload", None)  # do not keep it in Tune's experiment state
         if blob is None:
+            prog = result.get("epoch_progress")  # a running pack's epoch (`worker.EpochReporter`)
+            if prog:
+                tids = [t for t in self.packs.get(_tid(trial), ()) if t not in self.final]
+                if tids:
+                    self.display.epoch(tids, self.label(tids), prog["epoch"], prog["epochs"],
+                                       prog["s_per_epoch"])
             return
         pack_id, out = _tid(trial), pickle.loads(blob)
         for m in out["members"]:
@@ -101,6 +107,20 @@ class StoreCallback(tune.Callback):
         self.display.refresh()
 
     # ------------------------------------------------------------------ helpers
+    def label(self, tids: list[str]) -> str:
+        """A running pack in a few words: its first trial's backbone, attention, seeds."""
+        cfg = self.trials[tids[0]].config if tids[0] in self.trials else None
+        parts = []
+        keys = ("dataset", "backbone") if hasattr(cfg, "backbone") else ("dataset", "normalizer")
+        parts = [str(getattr(cfg, k)) for k in keys if getattr(cfg, k, None)]
+        if getattr(cfg, "pool_layers", None) is not None:
+            parts.append(getattr(cfg, "supervision", "") if cfg.pool_layers else "global")
+        seeds = list(getattr(cfg, "seeds", ()) or ())
+        if seeds:
+            parts.append(f"s{seeds[0]}" + (f"-{seeds[-1]}" if len(seeds) > 1 else ""))
+        more = f" (+{len(tids) - 1} trials)" if len(tids) > 1 else ""
+        return (" ".join(parts) or tids[0]) + more
+
     def _spent(self, tid: str) -> bool:
         """Whether the attempt just written was the trial's last of its budget."""
         return self.budget is not None and self.attempts.get(tid, 0) + 1 >= self.budget

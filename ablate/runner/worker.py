@@ -21,6 +21,7 @@ from typing import Any
 
 from ablate.runner.kinds import load_attr
 from ablate.runner.ray_env import worker_data_env
+from ablate.trial import epochs
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
 
@@ -100,6 +101,29 @@ def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
     return out
 
 
+class EpochReporter:
+    """Forwards a training loop's epochs to the driver's live line (`ablate.trial.epochs`):
+    at most one intermediate Tune result every `every_s` seconds (and the last epoch of a
+    training run), holding the epoch, the run's epochs and the seconds per epoch so far. A
+    trial may train more than one model in turn (weak supervision: model B, then A); each
+    training run starts with epoch 0, where the pace restarts."""
+
+    def __init__(self, report, every_s: float = 5.0):
+        self.report, self.every_s = report, every_s
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, epoch: int, total: int) -> None:
+        now = time.monotonic()
+        if epoch == 0:  # a training run starts (the trial's next model)
+            self.t0 = now
+            return
+        if now - self.last < self.every_s and epoch < total:
+            return
+        self.last = now
+        self.report({"epoch_progress": {"epoch": epoch, "epochs": total,
+                                        "s_per_epoch": (now - self.t0) / epoch}})
+
+
 def trainable(config: dict, blobs: dict | None = None, payloads=None) -> None:
     """Tune function trainable: run one pack (one or more trials), report each attempt.
 
@@ -130,7 +154,8 @@ def trainable(config: dict, blobs: dict | None = None, payloads=None) -> None:
     pending = list(p["members"])
     for attempt in range(1, last + 1):
         started = time.time()
-        out = _attempt(p, blobs or {}, pending)
+        with epochs.listening(EpochReporter(tune.report, p.get("epoch_report_s", 5.0))):
+            out = _attempt(p, blobs or {}, pending)
         out["meta"] = {**meta, "started_at": started, "finished_at": time.time(),
                        "trial_s": out.pop("trial_s")}
         failed = {m["trial_id"] for m in out["members"] if m["status"] != "ok"}

@@ -18,6 +18,7 @@ from ablate.errors import NaNLoss
 from ablate.models.layers import Graph
 from ablate.models.network import GraphNet
 from ablate.trial.batches import DenseBatch, TrainBatches
+from ablate.trial.epochs import report_epoch
 from ablate.trial.setup import shuffler
 
 
@@ -65,6 +66,7 @@ def fit(model: GraphNet, cfg: TrialConfig, train: TrainBatches, seed: int,
     gen = shuffler(seed)
     device = next(model.parameters()).device
     hyper = dropout_hyper(seed, device) if cfg.dropout > 0 else None
+    report_epoch(0, cfg.epochs)
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         for g in opt.param_groups:
@@ -84,6 +86,7 @@ def fit(model: GraphNet, cfg: TrialConfig, train: TrainBatches, seed: int,
         mean = float(total) / max(n, 1)
         if not math.isfinite(mean):
             raise NaNLoss(f"non-finite training loss at epoch {epoch}")
+        report_epoch(epoch, cfg.epochs)
         if on_epoch is not None:
             on_epoch(epoch, mean)
     return time.perf_counter() - t0

@@ -65,6 +65,7 @@ from ablate.data import GraphSet
 from ablate.errors import ConfigError, DeviceMemoryExhausted
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
+from ablate.trial.epochs import report_epoch
 from ablate.trial.evaluate import loo_batch, loo_plan
 from ablate.trial.fit import lr_at
 from ablate.trial.kind import stable_hash
@@ -278,6 +279,7 @@ def fit_members(stack: MemberStack, train: TrainBatches, cfg: TrialConfig, devic
     failed = dict(failed or {})  # stack index -> error
     curves: list[list[dict]] = [[] for _ in members]
     G = len(train)
+    report_epoch(0, cfg.epochs)
     for epoch in range(1, cfg.epochs + 1):
         stack.base.train()
         step.set_lr(lr_at(cfg, epoch))
@@ -292,6 +294,7 @@ def fit_members(stack: MemberStack, train: TrainBatches, cfg: TrialConfig, devic
         alive = [i for i in range(S) if i not in failed]
         if not alive:
             break
+        report_epoch(epoch, cfg.epochs)
         if val is not None and (epoch % every == 0 or epoch == cfg.epochs):
             # one transfer per validation: accuracy, loss and layer-0 AUC of every member
             for i, v in zip(alive, evaluate_members(stack, alive, val, cfg, fields="curve").records):

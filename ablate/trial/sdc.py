@@ -29,6 +29,7 @@ from ablate.data.sdc import Mosaics, SDCData, load_sdc
 from ablate.errors import NaNLoss
 from ablate.models.focus import FocusClassify
 from ablate.trial import metrics
+from ablate.trial.epochs import report_epoch
 from ablate.trial.kind import TrialKind, TrialResult, stable_hash
 from ablate.trial.provenance import peak_gpu_mb, provenance, start_gpu_peak
 from ablate.trial.sdc_config import SDCConfig, axes, data_hash, resolve
@@ -131,6 +132,7 @@ def fit(model: FocusClassify, cfg: SDCConfig, train: Mosaics, seed: int, device:
     x = x.to(device) if x.dtype == torch.uint8 else _as_float(x).to(device)
     y = torch.from_numpy(train.y).to(device)
     lam = cfg.entropy_lambda
+    report_epoch(0, cfg.epochs)
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         total = torch.zeros((), device=device)
@@ -145,6 +147,7 @@ def fit(model: FocusClassify, cfg: SDCConfig, train: Mosaics, seed: int, device:
         mean = float(total) / max(len(y), 1)
         if not math.isfinite(mean):
             raise NaNLoss(f"non-finite training loss at epoch {epoch}")
+        report_epoch(epoch, cfg.epochs)
         if on_epoch is not None:
             on_epoch(epoch, mean)
     return time.perf_counter() - t0

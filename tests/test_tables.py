@@ -1,0 +1,59 @@
+"""Figures that cannot go stale: every generated table of the docs is what `benchmarks/tables.py`
+makes of the JSON in `benchmarks/results/` (issue 36)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tables():
+    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_generated_table_in_the_docs_matches_the_results_on_disk():
+    tables = _tables()
+    assert tables.stale() == [], "run python benchmarks/tables.py and commit the docs"
+
+
+def test_the_docs_hold_the_generated_tables():
+    text = {p.name: p.read_text() for p in tables_docs()}
+    for name, doc in (("studies", "README.md"), ("memory", "performance.md"), ("scale", "performance.md"),
+                      ("gpu_steps", "performance.md"), ("gpu_recipes", "performance.md"),
+                      ("tu_fidelity", "fidelity.md")):
+        assert f"<!-- generated:{name} -->" in text[doc], (name, doc)
+
+
+def tables_docs() -> list[Path]:
+    return _tables().DOCS
+
+
+def test_a_hand_edited_number_is_found_and_regenerated(tmp_path, monkeypatch):
+    tables = _tables()
+    results = tmp_path / "results"
+    (results / "cpu-2026-11-26-scale").mkdir(parents=True)
+    row = {"trials": 1000, "wall_s": 60.9, "first_started_s": 9.0, "first_stored_s": 10.3,
+           "overhead_ms": 31.7, "steady_overhead_ms": 19.3, "peak_rss_mb": 453.0, "store_mb": 13.3,
+           "store_files": 2003}
+    for name in ("real", "instant"):
+        (results / "cpu-2026-11-26-scale" / f"{name}.json").write_text(json.dumps({"rows": [row]}))
+    monkeypatch.setattr(tables, "RESULTS", results)
+    doc = tmp_path / "doc.md"
+    fresh = tables.render("# x\n\n<!-- generated:scale -->\n<!-- /generated:scale -->\n")
+    assert "| 1,000 | 9.0 s | 10.3 s | 60.9 s |" in fresh
+    doc.write_text(fresh.replace("60.9 s", "50.0 s"))  # a number typed over by hand
+    assert tables.stale([doc]) == [f"{doc}: scale"]
+    assert tables.render(doc.read_text()) == fresh
+
+
+def test_a_missing_source_says_not_measured(tmp_path, monkeypatch):
+    tables = _tables()
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    out = tables.render("<!-- generated:gpu_steps -->\n<!-- /generated:gpu_steps -->\n")
+    assert "Not measured" in out and "|" not in out.split("-->", 1)[1].split("<!--")[0].replace("`", "")
