@@ -251,6 +251,72 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
+def check_forward(authors: Path, mnist: Path, seed: int = 0, graphs: int = 32) -> dict:
+    """Our GraphNet of the sup row against the authors' own `ChebyGIN` (imported from the
+    checkout) with our initial weights copied in, on one training batch of our graphs: logits,
+    KL term, loss and every gradient (dropout off on both sides, training mode so the KL term
+    is computed). What this holds equal is the model and its loss; what it cannot see is
+    the loop (data order, statistics, schedule), which the training runs compare."""
+    import dataclasses
+
+    import torch
+    import torch.nn.functional as F
+
+    from ablate.models.layers import Graph
+    from ablate.trial.batches import collate
+    from ablate.trial.setup import model_sizes, seeded_model
+
+    sys.path.insert(0, str(authors))
+    sys.path.insert(0, str(_tu.standin_path(Path("/tmp/mnist_train_reference"))))
+    import chebygin  # the authors' module
+
+    torch.manual_seed(seed)
+    splits = our_splits(mnist)
+    cfg = dataclasses.replace(recipe(mnist), seeds=(seed,), device="cpu")
+    in_ch, out_ch = model_sizes(cfg, splits)
+    ours = seeded_model(cfg, seed, in_ch, out_ch, torch.device("cpu"))
+    theirs = chebygin.ChebyGIN(in_features=in_ch, out_features=out_ch, filters=list(cfg.filters),
+                               K=cfg.K, n_hidden=0, aggregation="mean", dropout=0.5, readout="max",
+                               pool="attn_sup_threshold_skip_skip_0.01".split("_"),
+                               pool_arch=["fc", "prev"], large_graph=False, kl_weight=100.0,
+                               init="normal", scale=1.0)
+    layers = [m for m in theirs.graph_layers if isinstance(m, chebygin.ChebyGINLayer)]
+    pool = [m for m in theirs.graph_layers if isinstance(m, chebygin.AttentionPooling)][0]
+    with torch.no_grad():
+        for mine, their in zip(ours.layers, layers):
+            their.fc[0].weight.copy_(mine.mlp[0].weight)
+            their.fc[0].bias.copy_(mine.mlp[0].bias)
+        pool.proj.weight.copy_(ours.pools[str(cfg.pool_layers[0])].p.reshape(1, -1))
+        theirs.fc[-1].weight.copy_(ours.head.weight)
+        theirs.fc[-1].bias.copy_(ours.head.bias)
+    theirs.fc[0].p = 0.0
+    ours.head_dropout.p = 0.0
+    b = collate(splits["train"], np.arange(graphs)).with_adjacency()
+    ours.train()
+    theirs.train()
+    o = ours(b.x, Graph(b.A, b.mask), b.gt)
+    loss_o = F.cross_entropy(o.out, b.y) + o.reg
+    params = {"N_nodes": b.mask.sum(1), "node_attn": b.gt, "node_attn_eval": b.gt}
+    out_t, other = theirs([b.x, b.A, b.mask, b.y, params])
+    kl_t = sum(other["reg"])
+    loss_t = F.cross_entropy(out_t, b.y) + kl_t
+    loss_o.backward()
+    loss_t.backward()
+    grads = {"layer%d.weight" % i: (mine.mlp[0].weight.grad, their.fc[0].weight.grad)
+             for i, (mine, their) in enumerate(zip(ours.layers, layers))}
+    grads.update({"layer%d.bias" % i: (mine.mlp[0].bias.grad, their.fc[0].bias.grad)
+                  for i, (mine, their) in enumerate(zip(ours.layers, layers))})
+    grads["p"] = (ours.pools[str(cfg.pool_layers[0])].p.grad.reshape(1, -1), pool.proj.weight.grad)
+    grads["head.weight"] = (ours.head.weight.grad, theirs.fc[-1].weight.grad)
+    rel = {k: float((a - c).abs().max() / c.abs().max().clamp_min(1e-12)) for k, (a, c) in grads.items()}
+    out = {"graphs": graphs, "logits_max_abs_diff": float((o.out - out_t).abs().max()),
+           "kl_ours": float(o.reg.detach()), "kl_theirs": float(kl_t.detach()),
+           "loss_ours": float(loss_o.detach()), "loss_theirs": float(loss_t.detach()),
+           "grad_max_rel_diff": rel}
+    print(json.dumps(out, indent=1))
+    return out
+
+
 def _value(text: str):
     try:
         return json.loads(text)
@@ -299,10 +365,18 @@ def main() -> None:
     ap.add_argument("--out", type=Path,
                     default=ROOT / "benchmarks" / "results" / "mnist_train_reference.jsonl")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--check-forward", action="store_true",
+                    help="our model, loss and gradients against the authors' ChebyGIN on one batch")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     if args.summary:
         summary(args.out, args.markdown)
+        return
+    if args.check_forward:
+        got = check_forward(args.authors, args.mnist)
+        got.update(git_sha=_git("rev-parse", "--short", "HEAD"),
+                   git_dirty=bool(_git("status", "--porcelain")), command=" ".join(sys.argv))
+        (args.out.parent / "check_forward.json").write_text(json.dumps(got, indent=1) + "\n")
         return
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.n_train:  # their feature statistics need whole batches of 32 (`compute_feature_stats`)
