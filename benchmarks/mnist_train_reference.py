@@ -302,9 +302,9 @@ def check_forward(authors: Path, mnist: Path, seed: int = 0, graphs: int = 32) -
     loss_t = F.cross_entropy(out_t, b.y) + kl_t
     loss_o.backward()
     loss_t.backward()
-    grads = {"layer%d.weight" % i: (mine.mlp[0].weight.grad, their.fc[0].weight.grad)
+    grads = {f"layer{i}.weight": (mine.mlp[0].weight.grad, their.fc[0].weight.grad)
              for i, (mine, their) in enumerate(zip(ours.layers, layers))}
-    grads.update({"layer%d.bias" % i: (mine.mlp[0].bias.grad, their.fc[0].bias.grad)
+    grads.update({f"layer{i}.bias": (mine.mlp[0].bias.grad, their.fc[0].bias.grad)
                   for i, (mine, their) in enumerate(zip(ours.layers, layers))})
     grads["p"] = (ours.pools[str(cfg.pool_layers[0])].p.grad.reshape(1, -1), pool.proj.weight.grad)
     grads["head.weight"] = (ours.head.weight.grad, theirs.fc[-1].weight.grad)
