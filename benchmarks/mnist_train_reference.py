@@ -31,7 +31,10 @@ images; today's SLIC rule), i.e. exactly the graphs `study=mnist` trains on.
 - our side: `ablate.trial` (the `mnist` study's ChebyGIN row: `backbone=chebygin_ref`,
   `supervision=sup` or the global pool) on the same graphs, trained by `fit` with the test
   splits evaluated at the --checkpoints epochs. `--set KEY=VALUE` changes one TrialConfig
-  field for a bisection run (the record names it).
+  field for a bisection run, `--stats padded` standardises our graphs with the authors'
+  statistics (over training graphs zero-padded to 75 nodes); the record names the change.
+- `--check-forward`: our model, KL term, loss and gradients against the authors' `ChebyGIN`
+  on one batch of our graphs with the same weights (`check_forward.json`).
 - `--n-train N`: both sides train on the first N training graphs only (a short bisection run;
   rounded down to a multiple of 32: their `compute_feature_stats` concatenates whole batches).
 
@@ -210,8 +213,21 @@ def finish_authors(proc: subprocess.Popen, log: Path, t0: float) -> dict:
             "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None, "log": str(log)}
 
 
+def restandardise(data: dict, raw_stats: tuple, train) -> dict:
+    """Our splits standardised as the authors standardise: with the mean and std of the
+    training graphs' features zero-padded to 75 nodes (coordinates too), instead of over the
+    real nodes. The noise of the noisy tests stays the same in raw units."""
+    mean, std = raw_stats  # over the real nodes of the full training split (ours)
+    raw_train = train.x * std + mean
+    slots = N_PAD * len(train)
+    pmean = raw_train.sum(0, dtype=np.float64) / slots
+    pstd = np.sqrt((raw_train.astype(np.float64) ** 2).sum(0) / slots - pmean ** 2)
+    return {k: gs.replace(x=((gs.x * std + mean - pmean) / pstd).astype(np.float32))
+            for k, gs in data.items()}
+
+
 def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: list[int],
-             splits: dict, n_train: int | None, sets: dict) -> dict:
+             splits: dict, n_train: int | None, sets: dict, stats: str = "nodes") -> dict:
     import dataclasses
 
     import torch
@@ -232,6 +248,8 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
     if n_train:
         train = train.subset(np.arange(min(n_train, len(train))))
     data = {"train": train, **{s: splits[s] for s in SPLITS}}
+    if stats == "padded":  # the authors' statistics: over the training graphs zero-padded to 75
+        data = restandardise(data, splits["_raw_stats"], train)
     in_ch, out_ch = model_sizes(cfg, data)
     t0 = time.perf_counter()
     batches = TrainBatches(train, torch.device("cpu"))
@@ -362,6 +380,8 @@ def main() -> None:
     ap.add_argument("--every-epoch", action="store_true",
                     help="the authors' side tests after every epoch (their --debug; slower)")
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE TrialConfig changes (ours)")
+    ap.add_argument("--stats", choices=("nodes", "padded"), default="nodes",
+                    help="ours standardised over real nodes (ours) or zero-padded graphs (theirs)")
     ap.add_argument("--out", type=Path,
                     default=ROOT / "benchmarks" / "results" / "mnist_train_reference.jsonl")
     ap.add_argument("--summary", action="store_true")
@@ -410,9 +430,15 @@ def main() -> None:
     if args.side in ("ours", "both"):
         splits = our_splits(args.mnist)
         splits["_path"] = str(args.mnist)
+        if args.stats == "padded":
+            from ablate.data import mnist as m
+
+            splits["_raw_stats"] = m.feature_stats(cached_raw(args.mnist, args.work)["train"].x)
         for seed in seeds:
-            got = run_ours(args.row, seed, args.epochs, decay, checkpoints, splits, args.n_train, sets)
-            _write(args.out, {"side": "ours", "seed": seed, "set": sets, **common,
+            got = run_ours(args.row, seed, args.epochs, decay, checkpoints, splits, args.n_train,
+                           sets, args.stats)
+            change = {**sets, **({"stats": "padded"} if args.stats == "padded" else {})}
+            _write(args.out, {"side": "ours", "seed": seed, "set": change, **common,
                               "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
     for seed, (proc, log, t0) in procs:
         got = finish_authors(proc, log, t0)
