@@ -13,7 +13,6 @@ Nothing here writes: stores are converted when read, never rewritten.
 from __future__ import annotations
 
 import io
-import json
 import math
 
 import numpy as np
@@ -22,32 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from result_store import schema
-
-
-def native_value(name: str, value: object) -> object:
-    """One value of nested column `name` in its declared Python form (list of dicts), from
-    that form or a version-0 encoding (JSON text, lists, a threshold -> fraction dict).
-    Raises ValueError for text that is not JSON."""
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, str):
-        value = json.loads(value) if value.strip() else None
-    if value is None:
-        return None
-    if name == "acc_by_size":
-        return [b if isinstance(b, dict) else
-                {"lo": int(b[0]), "hi": int(b[1]), "accuracy": _num(b[2]), "graphs": int(b[3])}
-                for b in value]
-    if name == "gt_mass_curve":
-        if isinstance(value, dict):
-            value = [{"t": float(t), "fraction": _num(f)}
-                     for t, f in sorted(value.items(), key=lambda kv: float(kv[0]))]
-        return value or None  # {} (no attention) -> null
-    return value
-
-
-def _num(x: object) -> float:
-    return math.nan if x is None else float(x)
+from result_store.encodings import native_value  # noqa: F401  (re-exported: its home before)
 
 
 def upgrade(table: pa.Table, part: str = "trials") -> pa.Table:

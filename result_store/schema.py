@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from result_store.encodings import native_value
+
 # The schema version this code writes and reads (and every version below it). v2 added the
 # GPU provenance columns (`since=2`); a v1 file lacks them and reads with them null. v3 added
 # `git_dirty` (`since=3`).
@@ -259,8 +261,6 @@ def table(rows: Sequence[Mapping], kind: str, part: str = "trials",
     """`rows` as a table of `kind`'s declared schema; `SchemaError` names a column that does not
     fit (undeclared, null where required, or a value of another type). A nested column
     (`NESTED`) also takes its version-0 encodings (JSON text, `result_store.legacy`)."""
-    from result_store.legacy import native_value
-
     names = set().union(*rows) if rows else set()
     extra = dict(extra or {})
     unknown = sorted(n for n in names if n not in extra and not _declared(n, kind, part))
