@@ -22,9 +22,10 @@ S_L + new rows, projected on the head first.
 Graphs are processed in chunks to bound memory; no Python loop per node or graph.
 Results equal the dense path (`ablate.trial.weak.leave_one_out_dense`) up to float rounding.
 
-Structure and numerics are separate: `loo_structure` builds the index structures of a chunk
-(they depend on the graphs and the model's depth, K and aggregation, never on the weights;
-all the host syncs are here) and `loo_numeric` runs any number S of parameter sets on them,
+Structure and numerics are separate modules: `ablate.trial.loo_structure` builds the index
+structures of a chunk (they depend on the graphs and the model's depth, K and aggregation,
+never on the weights; all the host syncs are there) and `loo_numeric` here runs any number S
+of parameter sets on them,
 activations laid out (rows, S, F) so that one sparse matmul serves every member and the
 Linear layers are batched GEMMs. `loo_outputs_members` does this for a pack's stacked
 parameters (`ablate.trial.pack_loo`); `loo_outputs` is the case S = 1.
@@ -33,17 +34,18 @@ The adjacency must be symmetric (as everywhere in the package).
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from ablate.models.layers import GraphLayer
 from ablate.models.network import GraphNet
 from ablate.trial.batches import DenseBatch
+from ablate.trial.loo_structure import (  # noqa: F401  (supports_local_loo: imported from here)
+    LooStructure,
+    loo_structure,
+    rows_at,
+    supports_local_loo,
+)
 
-_FAR = 127  # distance code for "not reached" (int8 table)
 # activation entries of the members run at once: on CUDA as many as fit (1 GB float32, one
 # kernel per step for all); on CPU about a cache's worth, since members side by side spill
 # the cache and cost more than they save (measured: one or two members at a time is fastest)
@@ -55,232 +57,6 @@ def member_budget(device: torch.device, entries: int | None = None) -> int:
     if entries is not None:
         return entries
     return MEMBER_ENTRIES["cpu" if device.type == "cpu" else "cuda"]
-
-
-def supports_local_loo(model: torch.nn.Module) -> bool:
-    """True when `loo_outputs` is exact for `model`: a GraphNet without pooling,
-    K in (1, 2), sum or mean readout and no active dropout."""
-    if not isinstance(model, GraphNet):
-        return False
-    cfg = model.cfg
-    if cfg.pool_layers or cfg.K not in (1, 2) or cfg.readout not in ("sum", "mean"):
-        return False
-    if cfg.aggregation not in ("mean", "sum") or not 0 < len(model.layers) < _FAR - 1:
-        return False
-    if model.training and cfg.dropout > 0:
-        return False
-    return all(isinstance(layer, GraphLayer) and layer.activation and layer.K == cfg.K
-               and layer.aggregation == cfg.aggregation for layer in model.layers)
-
-
-def _at(t: Tensor, idx: Tensor) -> Tensor:
-    """t[idx] along dim 0 (index_select: much faster than advanced indexing on CPU)."""
-    return t.index_select(0, idx)
-
-
-def _expand(cnt: Tensor, start: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """CSR expansion: for node list `nodes` (P,), (owner index into `nodes`, edge index) per edge.
-
-    cnt, start: (V,) neighbour count and first edge of every node. Edges come grouped by
-    owner, in owner order. Shapes: -> (E,), (E,).
-    """
-    c = _at(cnt, nodes)
-    owner = torch.repeat_interleave(torch.arange(len(nodes), device=nodes.device), c)
-    shift = _at(start, nodes) - (torch.cumsum(c, 0) - c)  # first edge - first output position
-    eidx = torch.arange(len(owner), device=nodes.device) + _at(shift, owner)
-    return owner, eidx
-
-
-def _csr(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) -> Tensor:
-    """Sparse CSR matrix (rows, cols) from row pointers (rows + 1,), columns and values (nnz,)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(crow, col, val, size=shape, device=val.device,
-                                       check_invariants=False)
-
-
-def _row_ptr(rows: Tensor, n: int) -> Tensor:
-    """CSR row pointers (n + 1,) of entries with sorted row ids `rows` (nnz,)."""
-    crow = torch.zeros(n + 1, dtype=torch.long, device=rows.device)
-    torch.cumsum(torch.bincount(rows, minlength=n), 0, out=crow[1:])
-    return crow
-
-
-def _weights(val: Tensor, deg_row: Tensor, deg_col: Tensor, K: int, total_sum: bool,
-             keep_col: Tensor | None = None) -> Tensor:
-    """Operator entries P[j, m] of edges (E,) from A_jm and the degrees of j and m (E,).
-
-    K = 1: A_jm d_j d_m, K = 2: -A_jm d_j d_m, d = (deg + 1e-5)^-1/2 (deg counts the self
-    loop for K = 1); times deg_j for SUM aggregation. `keep_col` zeroes removed columns.
-    """
-    d_col = (deg_col + 1e-5).pow(-0.5)
-    if keep_col is not None:
-        d_col = d_col * keep_col
-    w = val * ((deg_row + 1e-5).pow(-0.5) * (d_col if K == 1 else -d_col))
-    return w * deg_row if total_sum else w
-
-
-
-@dataclass
-class _Layer:
-    """Index structures of one layer l of a chunk (weight-independent).
-
-    Rows 0 .. n_in - 1 of the layer's changed rows S_l (pair order) get their neighbour term
-    from `op` (n_in, V + n_prev), read against the layer's projected rows of the last term;
-    `outer` = (lo, hi, CSR (n_cur - n_in, hi - lo)) updates the outer shell (dist l + 1) from
-    the changes of the pairs lo .. hi - 1 at dist l, or None.
-    """
-
-    n_prev: int  # changed rows of the layer's input (S_(l-1))
-    n_in: int  # changed rows whose neighbour term is recomputed
-    n_cur: int  # changed rows of the layer's output (S_l)
-    op: Tensor
-    outer: tuple[int, int, Tensor] | None
-
-
-@dataclass
-class LooStructure:
-    """What incremental leave-one-out needs of a chunk of graphs, independent of the weights.
-
-    Built once by `loo_structure` (breadth-first search, (copy, node) pairs, edge lists and
-    CSR operators; host syncs for the data-dependent sizes) and used by `loo_numeric` for any
-    number of parameter sets. V = b * N chunk node ids g = graph * N + node; nc copies
-    (graph cb, removed node ci); P pairs (copy pc, chunk node pg) sorted by distance.
-    """
-
-    b: int
-    N: int
-    K: int
-    mean_readout: bool
-    maskf: Tensor  # (V, 1, 1) float node mask
-    n: Tensor  # (b,) float node counts
-    own_f: Tensor  # (V,) K = 1: diagonal of the full graph's operator
-    op_full: Tensor  # CSR (V, V): the full graph's neighbour term
-    cb: Tensor  # (nc,)
-    ci: Tensor  # (nc,)
-    pc: Tensor  # (P,)
-    pg: Tensor  # (P,)
-    own: Tensor  # (P,) K = 1: diagonal of the operator of G - i on the pair's row
-    layers: list[_Layer]
-
-    @property
-    def rows(self) -> int:
-        """Full-graph rows plus changed rows (V + P): what a layer's tables hold per member."""
-        return self.b * self.N + len(self.pg)
-
-
-def loo_structure(model: GraphNet, A: Tensor, mask: Tensor) -> LooStructure:
-    """Index structures of a chunk of graphs for `model`'s depth, K and aggregation.
-
-    A (b, N, N) symmetric, mask (b, N). Reads only `model.cfg` and the number of layers.
-    """
-    cfg = model.cfg
-    K, total_sum = cfg.K, cfg.aggregation == "sum"
-    L = len(model.layers)
-    b, N = mask.shape
-    dev, dt = A.device, A.dtype
-    V = b * N  # chunk node ids g = graph * N + node
-    maskf = mask.reshape(V, 1, 1).to(dt)
-    # neighbour lists (CSR, sorted by g) and the full graph's operator
-    eb, ej, em = A.nonzero(as_tuple=True)
-    row, col = eb * N + ej, eb * N + em
-    Af = A.reshape(-1)
-    val = _at(Af, row * N + em)
-    cnt = torch.bincount(row, minlength=V)
-    start = torch.cumsum(cnt, 0) - cnt
-    crow_f = torch.zeros(V + 1, dtype=torch.long, device=dev)
-    torch.cumsum(cnt, 0, out=crow_f[1:])
-    loop = 1.0 if K == 1 else 0.0  # the GCN operator's degree counts the self loop
-    deg = A.sum(-1).reshape(V) + loop  # full-graph degree (A is zero on padding)
-    w_f = _weights(val, _at(deg, row), _at(deg, col), K, total_sum)
-    d_f = (deg + 1e-5).pow(-0.5)
-    own_f = d_f * d_f * deg if total_sum else d_f * d_f  # K = 1: diagonal of the operator
-    # copies c = (graph cb, removed node ci): every real node
-    cb, ci = mask.nonzero(as_tuple=True)
-    nc = len(cb)
-    base = cb * N  # chunk id of node 0 of the copy's graph
-    # hop distances from the removed node up to L + 1 (flat (nc, N) table), shell by shell
-    dist = torch.full((nc * N,), _FAR, dtype=torch.int8, device=dev)
-    ar = torch.arange(nc, device=dev)
-    dist[ar * N + ci] = 0
-    fc, fj = ar, ci  # frontier
-    shells_c, shells_j = [], []
-    for r in range(1, L + 2):
-        owner, eidx = _expand(cnt, start, _at(base, fc) + fj)
-        key = _at(fc, owner) * N + _at(em, eidx)
-        (k,) = (_at(dist, key) == _FAR).nonzero(as_tuple=True)
-        key = _at(key, k)
-        dist[key] = r
-        if r == L + 1:  # edges shell L -> shell L + 1: the only changed inputs of the last shell
-            last_owner, last_eidx, last_key = _at(owner, k), _at(eidx, k), key
-        (flat,) = (dist == r).nonzero(as_tuple=True)  # deduplicated, sorted by copy
-        fc = flat // N
-        fj = flat - fc * N
-        shells_c.append(fc)
-        shells_j.append(fj)
-    # pairs (copy, node) sorted by distance; sb[r] = number of pairs with dist <= r, so that
-    # layer l changes exactly the first sb[l + 1] pairs (n_out[l]; n_out[0] = 0: the input)
-    pc, pj = torch.cat(shells_c), torch.cat(shells_j)  # (P,)
-    sb = [0]
-    for t in shells_c:
-        sb.append(sb[-1] + len(t))
-    n_out = [0, *sb[2:]]
-    P = sb[-1]
-    pos = torch.full((nc * N,), -1, dtype=torch.long, device=dev)
-    pos[pc * N + pj] = torch.arange(P, device=dev)
-    pg = _at(base, pc) + pj  # chunk id of the pair's node
-    # degrees inside G - i (d zero on the removed node)
-    ci_p = _at(ci, pc)
-    deg_j = _at(deg, pg) - _at(Af, pg * N + ci_p)  # (P,)
-    d_j = (deg_j + 1e-5).pow(-0.5)
-    own = d_j * d_j * deg_j if total_sum else d_j * d_j  # K = 1: diagonal entry of the operator
-    # edges (pair, neighbour) of every pair at dist <= L (all pairs when L = 1), grouped by pair
-    n_all = sb[L] if L >= 2 else P
-    pe, eidx = _expand(cnt, start, pg[:n_all])
-    ce, m = _at(pc, pe), _at(em, eidx)
-    e_full = _at(base, ce) + m  # chunk id of the neighbour
-    ci_e = _at(ci_p, pe)
-    deg_m = _at(deg, e_full) - _at(Af, e_full * N + ci_e)
-    w = _weights(_at(val, eidx), _at(deg_j, pe), deg_m, K, total_sum, (m != ci_e).to(dt))
-    e_pair = _at(pos, ce * N + m)  # pair index of the neighbour in the copy, -1 if unchanged
-    crow = _row_ptr(pe, n_all)
-    ends = crow.tolist()  # edge offsets per pair (one host sync)
-    layers = []
-    for li in range(1, L + 1):
-        n_prev, n_cur = n_out[li - 1], n_out[li]
-        # rows whose operator row changes (dist <= 2) or that read changed rows (dist <= l);
-        # layers l >= 2 treat their outer shell (dist l + 1) apart
-        n_in = sb[li] if li >= 2 else n_cur
-        # neighbour term T_(K-1) (or the GCN operator) of G - i: a neighbour changed in the
-        # previous layer is read from the changed rows (table row V + pair), else the full row
-        nnz = ends[n_in]
-        src = e_pair[:nnz]
-        cols = torch.where((src >= 0) & (src < n_prev), V + src, e_full[:nnz])
-        op = _csr(crow[: n_in + 1], cols, w[:nnz], (n_in, V + n_prev))
-        outer = None
-        if n_cur > n_in:
-            # outer shell: z = z_full + sum_m P[j, m] (Y_new[m] - Y_full[m]) over neighbours m
-            # at dist l (the operator row of a node at dist >= 3 is unchanged)
-            lo, hi = sb[li - 1], sb[li]  # pairs at dist l
-            if li == L:  # edges shell L -> shell L + 1, found by the search
-                o_row = _at(pos, last_key) - sb[L]
-                o_row, perm = torch.sort(o_row, stable=True)
-                o_eidx = _at(last_eidx, perm)  # edge m -> j; A symmetric, so A_jm = A_mj
-                o_col = _at(last_owner, perm)  # row of m among the pairs at dist L
-                o_w = _weights(_at(val, o_eidx), _at(deg, _at(col, o_eidx)),
-                               _at(deg, _at(row, o_eidx)), K, total_sum)
-            else:
-                e0, e1 = ends[n_in], ends[n_cur]
-                ep = e_pair[e0:e1]
-                (k,) = ((ep >= lo) & (ep < hi)).nonzero(as_tuple=True)
-                k = k + e0
-                o_row, o_col, o_w = _at(pe, k) - n_in, _at(e_pair, k) - lo, _at(w, k)
-            outer = (lo, hi, _csr(_row_ptr(o_row, n_cur - n_in), o_col, o_w,
-                                  (n_cur - n_in, hi - lo)))
-        layers.append(_Layer(n_prev, n_in, n_cur, op, outer))
-    return LooStructure(b, N, K, cfg.readout == "mean", maskf, mask.sum(1).to(dt), own_f,
-                        _csr(crow_f, col, w_f, (V, V)), cb, ci, pc, pg, own,
-                        layers)
 
 
 def _lin(terms: list[tuple[Tensor, int]], w: Tensor, bias: Tensor | None, out: Tensor) -> None:
@@ -357,7 +133,7 @@ def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
             _lin([(X[:V], 0), (nb, K - 1)], w0, b0, z[:V])
         # changed rows whose own row or operator row changed, or that read changed rows:
         # own term from the new rows (layer 1: the full rows), neighbour term by one sparse matmul
-        own_in = X[V:] if n_in == n_prev else torch.cat([X[V:], _at(X, st.pg[n_prev:n_in])])
+        own_in = X[V:] if n_in == n_prev else torch.cat([X[V:], rows_at(X, st.pg[n_prev:n_in])])
         nb = (ls.op @ Xf).view(n_in, *feat)
         if K == 1:
             _lin([(torch.addcmul(nb, own_in, _col(st.own[:n_in], nb)), 0)], w0, b0, z[V:V + n_in])
@@ -367,7 +143,7 @@ def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
             # outer shell: z = z_full + (sum_m P[j, m] (X_new[m] - X_full[m])) W_(K-1) over
             # neighbours m at dist l (the operator row of a node at dist >= 3 is unchanged)
             lo, hi, op_outer = ls.outer
-            dx = X[V + lo: V + hi] - _at(X, st.pg[lo:hi])
+            dx = X[V + lo: V + hi] - rows_at(X, st.pg[lo:hi])
             agg = (op_outer @ dx.view(hi - lo, -1)).view(n_cur - n_in, *feat)
             torch.index_select(z[:V], 0, st.pg[n_in:n_cur], out=z[V + n_in:])
             _lin([(agg, K - 1)], w0, None, z[V + n_in:])
@@ -387,11 +163,11 @@ def loo_numeric(st: LooStructure, model: GraphNet, params: dict[str, Tensor],
     q_full = q_all[:V]
     tot = q_full.view(b, N, S, O).sum(1)  # (b, S, O)
     removed = st.cb * N + st.ci  # chunk id of each copy's removed node
-    q = _at(tot, st.cb) - _at(q_full, removed)  # (nc, S, O)
+    q = rows_at(tot, st.cb) - rows_at(q_full, removed)  # (nc, S, O)
     n_new = len(q_all) - V
-    q.index_add_(0, st.pc[:n_new], q_all[V:] - _at(q_full, st.pg[:n_new]))
+    q.index_add_(0, st.pc[:n_new], q_all[V:] - rows_at(q_full, st.pg[:n_new]))
     if st.mean_readout:
-        q = q / (_at(st.n, st.cb) - 1).clamp(min=1)[:, None, None]
+        q = q / (rows_at(st.n, st.cb) - 1).clamp(min=1)[:, None, None]
         tot = tot / st.n.clamp(min=1)[:, None, None]
     res = q.new_zeros(V, S, O)
     res.index_copy_(0, removed, q + bh)
