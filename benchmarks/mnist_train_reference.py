@@ -205,11 +205,21 @@ def start_authors(row: str, seed: int, epochs: int, decay: list[int], authors: P
 def finish_authors(proc: subprocess.Popen, log: Path, t0: float) -> dict:
     rc = proc.wait()
     secs = time.perf_counter() - t0
-    text = log.read_text()
     if rc != 0:
         raise RuntimeError(f"the authors' main.py failed (exit {rc}); see {log}")
+    return {**read_authors_log(log), "seconds": round(secs, 1)}
+
+
+def read_authors_log(log: Path) -> dict:
+    """The curve, wall time and peak memory of one finished run of their main.py (its log)."""
+    text = log.read_text()
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    return {"epochs": parse_authors(text), "seconds": round(secs, 1),
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
+    secs = None
+    if wall:
+        parts = [float(p) for p in wall.group(1).split(":")]
+        secs = round(sum(p * 60 ** i for i, p in enumerate(reversed(parts))), 1)
+    return {"epochs": parse_authors(text), "seconds": secs,
             "peak_rss_mb": round(int(rss.group(1)) / 1024) if rss else None, "log": str(log)}
 
 
@@ -235,9 +245,10 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
     from ablate.trial.batches import TrainBatches, eval_batches
     from ablate.trial.evaluate import evaluate
     from ablate.trial.fit import fit
-    from ablate.trial.setup import model_sizes, seeded_model
+    from ablate.trial.setup import model_sizes, prepare_process, seeded_model
 
     torch.set_num_threads(1)
+    prepare_process()  # as every trial: denormals flushed, the allocator tuned
     cfg = recipe(Path(splits["_path"]))
     change = dict(epochs=epochs, lr_decay_epochs=tuple(e for e in decay if e < epochs),
                   seeds=(seed,), device="cpu", loo_auc=False, **sets)
@@ -385,12 +396,22 @@ def main() -> None:
     ap.add_argument("--out", type=Path,
                     default=ROOT / "benchmarks" / "results" / "mnist_train_reference.jsonl")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--record-authors", type=Path, default=None,
+                    help="record a finished run of their main.py from its log (--seeds: its seed)")
     ap.add_argument("--check-forward", action="store_true",
                     help="our model, loss and gradients against the authors' ChebyGIN on one batch")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     if args.summary:
         summary(args.out, args.markdown)
+        return
+    if args.record_authors:
+        got = read_authors_log(args.record_authors)
+        _write(args.out, {"side": "authors", "seed": int(args.seeds), "row": args.row,
+                          "epochs_total": args.epochs, "n_train": args.n_train,
+                          "machine": _machine(), "git_sha": _git("rev-parse", "--short", "HEAD"),
+                          "git_dirty": bool(_git("status", "--porcelain")),
+                          "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
         return
     if args.check_forward:
         got = check_forward(args.authors, args.mnist)
@@ -422,8 +443,7 @@ def main() -> None:
             procs.append((seed, start_authors(args.row, seed, args.epochs, decay, args.authors,
                                               folder, args.work, args.every_epoch)))
     common = {"row": args.row, "epochs_total": args.epochs, "n_train": args.n_train,
-              "machine": f"{platform.node()} {platform.processor() or platform.machine()} "
-                         f"{os.cpu_count()} cores",
+              "machine": _machine(),
               "git_sha": _git("rev-parse", "--short", "HEAD"),
               "git_dirty": bool(_git("status", "--porcelain"))}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -444,6 +464,10 @@ def main() -> None:
         got = finish_authors(proc, log, t0)
         _write(args.out, {"side": "authors", "seed": seed, **common,
                           "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
+
+
+def _machine() -> str:
+    return f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores"
 
 
 def _git(*cmd: str) -> str:
