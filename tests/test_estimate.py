@@ -90,10 +90,22 @@ def test_slots_are_capped_by_memory(monkeypatch):
     class Spec:
         cpus_per_trial = 1
 
-    monkeypatch.setattr(est.os, "cpu_count", lambda: 8)
-    monkeypatch.setattr(est, "machine_memory_mb", lambda: 10_000)
+    from ablate.runner import resources
+
+    monkeypatch.setattr(resources.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(resources, "node_memory_estimate", lambda: 7_000 * 2**20)
     assert est.slots_here(Spec, 0, None) == (8, "CPU")
-    assert est.slots_here(Spec, 0, 3_000) == (2, "CPU")  # 80% of 10 GB at 3 GB per trial
+    assert est.slots_here(Spec, 0, 3_000) == (2, "CPU")  # Ray's 7,000 MB at 3,000 MB per trial
+
+
+def test_one_rule_says_how_many_trials_fit():
+    from ablate.runner.resources import trials_at_once
+
+    assert trials_at_once({"CPU": 1, "GPU": 0, "memory": 0}, {"CPU": 8, "memory": 1e9}) == 8
+    assert trials_at_once({"CPU": 1, "memory": 3e9}, {"CPU": 8, "memory": 7e9}) == 2
+    assert trials_at_once({"CPU": 1, "GPU": 0.1}, {"CPU": 64, "GPU": 1}) == 10  # not 9: rounding
+    assert trials_at_once({"CPU": 4}, {"CPU": 2}) == 1  # never 0
+    assert trials_at_once({}, {"CPU": 2}) == 1
 
 
 def test_stored_values_and_planned_values_key_alike():

@@ -53,6 +53,7 @@ from ablate.runner.resources import (
     cluster_node_memory,
     node_memory_estimate,
     pack_memory,
+    trials_at_once,
     trials_memory,
 )
 from ablate.runner.signals import handlers_kept_through_tune, signal_name
@@ -225,7 +226,6 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         concurrency,
         describe,
         feed,
-        slots,
     )
     from ablate.runner.tune_callback import (
         StorageStop,
@@ -263,7 +263,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         table = PayloadTable.put([_payload(pk, spec, cache) for pk in packs])
         descriptions = describe(packs, resources)
         smallest = min(resources.values(), key=lambda r: r["memory"])
-        limit = concurrency(slots(smallest, ray.cluster_resources()), embedded)
+        limit = concurrency(trials_at_once(smallest, ray.cluster_resources()), embedded)
         callback = StoreCallback(store, {t.trial_id: t for t in todo}, splits, display,
                                  {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs},
                                  max_failures=spec.max_failures)

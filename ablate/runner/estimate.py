@@ -251,20 +251,14 @@ def machine_memory_mb() -> float | None:
 
 
 def slots_here(spec, gpus: float, memory_mb: float | None) -> tuple[int, str]:
-    """Trials at once on this machine: CPUs / cpus_per_trial (GPUs / gpus_per_trial when
-    trials get GPUs), no more than fit its memory (80% of it) at `memory_mb` each."""
-    cpus = os.cpu_count() or 1
-    n = max(1, int(cpus // max(spec.cpus_per_trial, 1e-9)))
-    kind = "CPU"
-    if gpus > 0:
-        import torch
+    """Trials at once on this machine (`resources.trials_at_once` on `resources_here`): its
+    CPUs / cpus_per_trial, its GPUs / gpus_per_trial when trials get GPUs, and Ray's memory
+    resource / `memory_mb` each."""
+    from ablate.runner.resources import resources_here, trials_at_once
 
-        n = min(n, max(1, int(torch.cuda.device_count() // gpus)))
-        kind = "GPU"
-    total = machine_memory_mb()
-    if memory_mb and total:
-        n = min(n, max(1, int(0.8 * total // memory_mb)))
-    return n, kind
+    request = {"CPU": spec.cpus_per_trial, "GPU": gpus,
+               "memory": (memory_mb or 0) * 2**20}
+    return trials_at_once(request, resources_here(gpus > 0)), "GPU" if gpus > 0 else "CPU"
 
 
 def makespan(costs: list[float], slots: int) -> float:

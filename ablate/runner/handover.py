@@ -122,13 +122,6 @@ def concurrency(slots: int, embedded: bool) -> int:
     return slots if embedded else max(200, 2 * slots)
 
 
-def slots(resources: dict[str, float], cluster: dict[str, float]) -> int:
-    """Ray trials asking for `resources` (CPU, GPU, memory) that fit the cluster's totals
-    at once (at least 1)."""
-    fits = [cluster.get(k, 0) / v for k, v in resources.items() if v]
-    return max(1, int(min(fits))) if fits else 1
-
-
 class PackFeed(Searcher):
     """A Tune searcher that suggests the packs' descriptions in order, one per call, and
     says it is finished after the last: Tune asks for the next when it has room for it."""

@@ -72,6 +72,27 @@ def pack_memory(pack: Pack) -> int | None:
     return trials_memory(list(pack.trials))
 
 
+def trials_at_once(request: dict[str, float], available: dict[str, float]) -> int:
+    """How many trials asking for `request` (Ray resources: CPU, GPU, memory in bytes) fit in
+    `available` at once, at least 1. The one rule for "how many trials fit here": the dry run's
+    memory line (`memory_plan`), the study's time estimate (`estimate.slots_here`) and the
+    hand-over's limit on trials in flight (`driver`) all ask it. A resource the trial does not
+    ask for does not limit it; Ray's fractional amounts are compared with a tolerance."""
+    fits = [available.get(k, 0.0) / v for k, v in request.items() if v]
+    return max(1, int(min(fits) + 1e-9)) if fits else 1
+
+
+def resources_here(gpus: bool = False) -> dict[str, float]:
+    """What an embedded Ray started now on this machine offers trials: its CPUs, Ray's
+    ``memory`` resource (`node_memory_estimate`) and, with `gpus`, its CUDA devices."""
+    out = {"CPU": float(os.cpu_count() or 1), "memory": float(node_memory_estimate())}
+    if gpus:
+        import torch
+
+        out["GPU"] = float(torch.cuda.device_count())
+    return out
+
+
 def node_memory_estimate() -> int:
     """Ray's ``memory`` resource of an embedded Ray started now on this machine: available
     memory less the object store, as Ray computes them (Ray's private helpers, through
@@ -115,7 +136,7 @@ def memory_plan(study: Study, embedded: bool = True, cpus: int | None = None) ->
 
     spec = study.spec
     cpus = cpus or os.cpu_count() or 1
-    slots = max(1, int(cpus // spec.cpus_per_trial)) if spec.cpus_per_trial else 1
+    slots = trials_at_once({"CPU": spec.cpus_per_trial}, {"CPU": cpus})
     gpus = 0.0 if spec.gpus_per_trial == "auto" else float(spec.gpus_per_trial)
     needs = [pack_memory(p) for p in make_packs(study.trials, pack_seeds(spec.pack_size, gpus))]
     known = [n for n in needs if n]
@@ -127,8 +148,8 @@ def memory_plan(study: Study, embedded: bool = True, cpus: int | None = None) ->
     have = node_memory_estimate()
     if embedded:
         check_memory(dict(enumerate(known)), [have], embedded=True)
-    fit = max(0, have // max(known))
-    at_once = min(slots, fit)
+    at_once = trials_at_once({"CPU": spec.cpus_per_trial, "memory": max(known)},
+                             {"CPU": cpus, "memory": have})
     spread = _gb(max(known)) if min(known) == max(known) else \
         f"{_gb(min(known))} to {_gb(max(known))}"
     part = "" if len(known) == len(needs) else \
