@@ -402,6 +402,8 @@ def main() -> None:
                     help="our model, loss and gradients against the authors' ChebyGIN on one batch")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    if args.n_train:  # their feature statistics need whole batches of 32 (`compute_feature_stats`)
+        args.n_train -= args.n_train % 32
     if args.summary:
         summary(args.out, args.markdown)
         return
@@ -420,8 +422,6 @@ def main() -> None:
         (args.out.parent / "check_forward.json").write_text(json.dumps(got, indent=1) + "\n")
         return
     seeds = [int(s) for s in args.seeds.split(",")]
-    if args.n_train:  # their feature statistics need whole batches of 32 (`compute_feature_stats`)
-        args.n_train -= args.n_train % 32
     decay = [int(e) for e in args.decay.split(",") if e]
     checkpoints = [int(e) for e in args.checkpoints.split(",")]
     sets = dict(kv.split("=", 1) for kv in args.set)
