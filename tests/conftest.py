@@ -42,6 +42,7 @@ def _stop_drivers_ray() -> None:
 def local_cluster():
     """Makes `ray.cluster_utils.Cluster`s (`local_cluster(num_cpus=2, ...)`: the head's
     arguments); after the test, the driver's Ray connection and every cluster made stop."""
+    _stop_drivers_ray()  # a Ray an earlier test left connected would be joined instead
     made = []
 
     def make(**head):

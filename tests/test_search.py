@@ -275,3 +275,42 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     assert db.exists() and not list(tmp_path.glob(".*.tmp"))
     study = optuna.load_study(study_name="arm", storage=f"sqlite:///{db}")
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE
+
+
+def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory(
+        tmp_path, monkeypatch, local_cluster):
+    """Search trials travel as grid trials do: a head without CPUs, a second node whose dataset
+    cache is another folder; each search trial declares its host memory to Ray, the node
+    receives the driver's prepared file once, byte for byte, and the search completes there."""
+    import ablate.data.cache
+    from ablate.data import load_graphsets
+    from ablate.runner import search_tune, ship
+    from ablate.runner.ray_env import start_ray
+    from ablate.runner.search import load_search_spec, run_search
+    from ablate.runner.search_spec import arm_config
+    from ablate.runner.store import Store
+
+    driver_cache, node_cache = tmp_path / "driver", tmp_path / "node2"
+    monkeypatch.delenv("ABLATE_CACHE", raising=False)  # each node its own disk
+    monkeypatch.setattr(ablate.data.cache, "cache_dir", lambda: driver_cache)
+    cluster = local_cluster(num_cpus=0)
+    cluster.add_node(num_cpus=2, env_vars={"ABLATE_CACHE": str(node_cache)})
+    cluster.wait_for_nodes()
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [
+        *TINY, "epochs=2", f"arms={arm}", "n_trials=2", "grace_period=2", "max_concurrent=2",
+        f"ray_address={cluster.address}", f"results_dir={tmp_path / 'results'}"])
+    cfg = arm_config(spec, arm)
+    load_graphsets(cfg.dataset, **cfg.data_kwargs)  # the driver prepares, as search.main does
+    start_ray(spec.ray_address)
+    asked = []
+    resources = search_tune.search_resources
+    monkeypatch.setattr(search_tune, "search_resources",
+                        lambda *a: asked.append(resources(*a)) or asked[-1])
+    assert run_search(spec, arm, Store(spec.results_dir, spec.name)) == 2
+    [(declared, pieces)] = asked
+    assert declared["memory"] > 0 and declared["cpu"] == spec.cpus_per_trial and len(pieces) == 1
+    [sent] = driver_cache.glob("*.npz")
+    assert (node_cache / sent.name).read_bytes() == sent.read_bytes()
+    [got] = ship.received(node_cache)  # once for the node's trials
+    assert got["file"] == sent.name

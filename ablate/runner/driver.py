@@ -56,6 +56,7 @@ from ablate.runner.resources import (
     trials_at_once,
     trials_memory,
 )
+from ablate.runner.ship import dataset_pieces
 from ablate.runner.signals import handlers_kept_through_tune, signal_name
 from ablate.runner.study import Study, Trial
 from ablate.runner.worker import trainable
@@ -268,7 +269,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
                                  {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs},
                                  max_failures=spec.max_failures)
         fn = tune.with_resources(
-            tune.with_parameters(trainable, blobs=_blobs(todo, ship), payloads=table),
+            tune.with_parameters(trainable, blobs=dataset_pieces(todo, ship), payloads=table),
             _pack_resources)
         worker_deaths_as_trial_failures()
         tuner = tune.Tuner(
@@ -351,21 +352,6 @@ def epoch_report_s() -> float:
     """How often a worker reports a running trial's epoch ($ABLATE_PROGRESS_EPOCH_S, 5 s);
     a log (`progress=lines`) prints such a line at most every 6 times that."""
     return float(os.environ.get("ABLATE_PROGRESS_EPOCH_S", "5"))
-
-
-def _blobs(trials: list[Trial], ship: bool) -> dict:
-    """data hash -> the prepared cache file as object-store pieces (`ablate.runner.ship`), for
-    nodes that lack the file; nothing when every trial runs on this node."""
-    if not ship:
-        return {}
-    from ablate.data import dataset_cache_path
-    from ablate.runner.ship import put_chunks
-
-    out = {}
-    for t in trials:
-        if t.data_hash and t.data_hash not in out:
-            out[t.data_hash] = put_chunks(dataset_cache_path(t.dataset, dict(t.data_params)))
-    return out
 
 
 def prepare_datasets(trials: list[Trial], progress: bool = True,

@@ -157,15 +157,20 @@ def train_jointly(cfg, splits: dict | list[dict],
             t.join(timeout=30)
 
 
-def search_trainable(config: dict, base: dict) -> None:
+def search_trainable(config: dict, base: dict, pieces: dict | None = None) -> None:
     """Tune function trainable: one configuration, its members trained jointly, objective per
-    epoch. `config` holds the searched values (and ``optuna_trial``); `base` the spec and arm."""
+    epoch. `config` holds the searched values (and ``optuna_trial``); `base` the spec, arm and
+    the recipe's identity; `pieces` the prepared file for a node that lacks it
+    (`ablate.runner.ship.ensure_dataset`, as grid trials get theirs)."""
     import torch
     from ray import tune
 
+    from ablate.runner.ship import ensure_dataset
     from ablate.trial.setup import prepare_process
 
     worker_data_env(base.get("cache_dir"))
+    ensure_dataset(base.get("dataset"), base.get("data_params", ()), base.get("data_hash"),
+                   pieces or {})
     torch.set_num_threads(max(1, int(base["cpus"])))
     prepare_process()
     params = {k: config[k] for k in PARAMS if k in config}

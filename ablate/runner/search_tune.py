@@ -157,6 +157,7 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
 
     from ablate.runner.ray_env import tune_storage
     from ablate.runner.search_trial import search_trainable
+    from ablate.runner.tune_callback import worker_deaths_as_trial_failures
 
     cfg = arm_config(spec, arm)
     space = build_space(spec.search, cfg)
@@ -174,8 +175,10 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
     writer = store_writer(store, spec, arm, cfg.epochs)
     base = {"spec": spec, "arm": arm, "cpus": spec.cpus_per_trial,
             "cache_dir": os.environ.get("ABLATE_CACHE")}
-    fn = tune.with_resources(tune.with_parameters(search_trainable, base=base),
-                             {"cpu": spec.cpus_per_trial})
+    resources, pieces = search_resources(spec, cfg, base)
+    fn = tune.with_resources(tune.with_parameters(search_trainable, base=base, pieces=pieces),
+                             resources)
+    worker_deaths_as_trial_failures()  # a memory kill reaches Tune as the worker's death
     with tune_storage("search") as tmp, handlers_kept_through_tune():
         tune.Tuner(
             fn,
@@ -187,3 +190,30 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False)),
         ).fit()
     return len(writer.written)
+
+
+def search_resources(spec, cfg, base: dict) -> tuple[dict[str, float], dict]:
+    """What one search trial asks of Ray and the data it needs on other nodes, as grid studies
+    do (`ablate.runner.driver`): its CPUs and the host memory of its members trained jointly
+    (the trial kind's `host_memory` for cv_folds x seeds members on the arm's prepared data;
+    a need no node holds is refused in one line), and the prepared file as object-store pieces
+    when Ray has more than one node or was joined (`ablate.runner.ship`). `base` gets the
+    recipe's identity, which the worker needs to place the file."""
+    import ray
+
+    from ablate.runner.resources import check_memory, cluster_node_memory, trials_memory
+    from ablate.runner.ship import dataset_pieces
+    from ablate.runner.study import make_trial
+
+    trial = make_trial("graph", cfg)
+    members = (spec.cv_folds or 1) * len(cfg.seeds)
+    need = trials_memory([trial] * members) if trial.data_hash else None
+    embedded = not spec.ray_address
+    warning = check_memory({"search": need}, cluster_node_memory(), embedded=embedded)
+    if warning:
+        print(warning, flush=True)
+    ship = not embedded or len(ray.nodes()) > 1
+    base.update(dataset=trial.dataset, data_params=trial.data_params, data_hash=trial.data_hash)
+    resources = {"cpu": spec.cpus_per_trial, "memory": float(need or 0)}
+    return resources, dataset_pieces([trial], ship)
+

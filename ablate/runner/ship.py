@@ -107,3 +107,30 @@ def _node_lock(path: Path):
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def dataset_pieces(trials: list, ship: bool) -> dict:
+    """data hash -> the prepared cache file of each recipe of `trials` (`ablate.runner.study.
+    Trial`) as object-store pieces (`put_chunks`), for nodes that lack the file; nothing when
+    every trial runs on this node (`ship` false). Grid and search studies both send these."""
+    if not ship:
+        return {}
+    from ablate.data import dataset_cache_path
+
+    out = {}
+    for t in trials:
+        if t.data_hash and t.data_hash not in out:
+            out[t.data_hash] = put_chunks(dataset_cache_path(t.dataset, dict(t.data_params)))
+    return out
+
+
+def ensure_dataset(dataset: str | None, data_params, data_hash: str | None, pieces: dict) -> None:
+    """On a worker: materialise the driver's prepared file of a recipe on this node when it is
+    missing or of another size (other nodes), fetched in pieces once per node (`receive`)."""
+    shipped = pieces.get(data_hash) if data_hash else None
+    if shipped is None:
+        return
+    from ablate.data import dataset_cache_path
+
+    receive(dataset_cache_path(dataset, dict(data_params)), shipped)
+

@@ -21,6 +21,7 @@ from typing import Any
 
 from ablate.runner.kinds import load_attr
 from ablate.runner.ray_env import worker_data_env
+from ablate.runner.ship import ensure_dataset
 from ablate.trial import epochs
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
@@ -28,18 +29,6 @@ _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial function
 # Errors a retry cannot fix: a bad config, value or path, a missing device, a bug.
 _DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
                   NotImplementedError, AssertionError)
-
-
-def _ensure_dataset(p: dict, blobs: dict) -> None:
-    """Materialise the driver's cache file on this node when it is missing (other nodes):
-    fetched in pieces, once per node (`ablate.runner.ship.receive`)."""
-    shipped = blobs.get(p["data_hash"]) if p["data_hash"] else None
-    if shipped is None:
-        return
-    from ablate.data import dataset_cache_path
-    from ablate.runner.ship import receive
-
-    receive(dataset_cache_path(p["dataset"], dict(p["data_params"])), shipped)
 
 
 def _trial_kind(path: str):
@@ -84,7 +73,7 @@ def _attempt(p: dict, blobs: dict, members: list[dict]) -> dict:
     try:
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(max(1, int(p["cpus"])))
-        _ensure_dataset(p, blobs)
+        ensure_dataset(p["dataset"], p["data_params"], p["data_hash"], blobs)
         cfgs = [pickle.loads(m["config"]) for m in members]
         t0 = time.perf_counter()
         kind = _trial_kind(p["kind_path"])
