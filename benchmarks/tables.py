@@ -59,6 +59,13 @@ def _source(rel: str, machine: dict | None = None, sha: str | None = None, dirty
     return "Source: " + "; ".join(parts) + "."
 
 
+def _commits(recs: list[dict]) -> str:
+    """The commits a set of JSON records were made at, * marking a modified tree."""
+    shas = sorted({r["git_sha"][:7] + ("*" if r.get("git_dirty") else "") for r in recs
+                   if r.get("git_sha")})
+    return f"commits {', '.join(shas)}, * = modified tree" if shas else "commit not recorded"
+
+
 def _missing(rel: str) -> str:
     return f"Not measured: `benchmarks/results/{rel}` is not in this checkout.\n"
 
@@ -147,10 +154,8 @@ def tu_fidelity() -> str:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         tu.markdown(groups)
-    shas = sorted({r["git_sha"][:7] + ("*" if r.get("git_dirty") else "") for r in recs if r.get("git_sha")})
     return buf.getvalue() + f"\nSource: `benchmarks/results/{rel}` (`python benchmarks/tu_fidelity.py`; " \
-        f"commits {', '.join(shas)}, * = modified tree; {recs[0].get('machine', '')}, one torch " \
-        "thread per run).\n"
+        f"{_commits(recs)}; {recs[0].get('machine', '')}, one torch thread per run).\n"
 
 
 def mnist_reference() -> str:
@@ -179,11 +184,9 @@ def mnist_reference() -> str:
         secs = statistics.median(r["seconds"] for r in rs if r.get("seconds"))
         out.append(f"| {side} | {row} | {n_train:,} | {total} | {change or '-'} | "
                    f"{','.join(str(r['seed']) for r in rs)} | " + " | ".join(cells) + f" | {secs:.0f} |")
-    shas = sorted({f"{r['git_sha'][:7]}{'*' if r.get('git_dirty') else ''}" for r in recs})
     return "\n".join(out) + f"\n\nSource: `benchmarks/results/{rel}` " \
-        f"(`python benchmarks/mnist_train_reference.py`; commits {', '.join(shas)}, * = modified " \
-        f"tree; {recs[0].get('machine', '')}; mean ± sample std over the seeds, each seed in " \
-        "brackets).\n"
+        f"(`python benchmarks/mnist_train_reference.py`; {_commits(recs)}; " \
+        f"{recs[0].get('machine', '')}; mean ± sample std over the seeds, each seed in brackets).\n"
 
 
 def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:

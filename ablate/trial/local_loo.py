@@ -1,13 +1,7 @@
 """Exact incremental leave-one-node-out for global-pool GraphNets (no pooling, K <= 2).
 
-Removing node i from a graph changes a layer's propagation operator only near i:
-the GCN operator D^-1/2 (A+I) D^-1/2 (K = 1) and the Chebyshev L = -D^-1/2 A D^-1/2
-(K = 2, T_0 = I) have row j depending on the degrees of j and of its neighbours, so
-row j changes only when dist(i, j) <= 2 (with SUM aggregation the row is also scaled by
-deg_j, which changes only for dist 1). Layer 1 therefore changes on
-S_1 = {j != i : dist(i, j) <= 2} and layer l, which also reads the changed rows of layer
-l - 1 through one hop, on S_l = {j != i : dist(i, j) <= l + 1}. Every other row of G - i
-equals the full-graph row exactly.
+Removing node i changes layer l only on the rows S_l = {j != i : dist(i, j) <= l + 1}
+(`ablate.trial.loo_structure` says why); every other row of G - i equals the full graph's.
 
 `loo_outputs` runs the full graph once per chunk of graphs (sparse, keeping every layer's
 activations), then for each copy c = (graph b, removed node i) recomputes only the rows of
