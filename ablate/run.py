@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from ablate.runner.signals import RESUME, exit_resumable  # stdlib only: cheap this early
+from ablate.runner.execute.signals import RESUME, exit_resumable  # stdlib only: cheap this early
 
 
 def _sigterm_before_main(signum, frame) -> None:  # nothing has started yet: just the line
@@ -33,7 +33,8 @@ import dataclasses  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ablate.errors import ConfigError  # noqa: E402
-from ablate.runner.compose import (  # noqa: E402
+from ablate.runner.execute.signals import raise_on_sigterm, signal_name  # noqa: E402
+from ablate.runner.study.compose import (  # noqa: E402
     RUN_KEYS,
     STUDIES_DIR,
     STUDY_KEYS,
@@ -41,10 +42,9 @@ from ablate.runner.compose import (  # noqa: E402
     load_spec,
     study_files,
 )
-from ablate.runner.kinds import NOT_AXES, trial_kind  # noqa: E402
-from ablate.runner.signals import raise_on_sigterm, signal_name  # noqa: E402
-from ablate.runner.study import build_study  # noqa: E402
-from ablate.runner.trial_table import fixed_axes, trial_table  # noqa: E402
+from ablate.runner.study.kinds import NOT_AXES, trial_kind  # noqa: E402
+from ablate.runner.study.study import build_study  # noqa: E402
+from ablate.runner.study.trial_table import fixed_axes, trial_table  # noqa: E402
 
 USAGE = "usage: python -m ablate.run study=NAME|PATH [key=value ...] [--help]"
 
@@ -136,12 +136,12 @@ def _study_name(argv: list[str]) -> str:
 def _display(argv: list[str]):
     """The run's `Progress` line, made before planning (its mode: the last ``progress=``;
     a bad mode shows nothing here, the overrides refuse it)."""
-    from ablate.runner.compose import PROGRESS_MODES, study_name
-    from ablate.runner.progress import Progress
+    from ablate.runner.execute.progress import Progress
+    from ablate.runner.study.compose import PROGRESS_MODES, study_name
 
     modes = [a.split("=", 1)[1] for a in argv if a.startswith("progress=")]
     mode = modes[-1] if modes else "auto"
-    from ablate.runner.driver import epoch_report_s
+    from ablate.runner.execute.driver import epoch_report_s
 
     return Progress(study_name(_study_name(argv)), mode=mode if mode in PROGRESS_MODES else "none",
                     epoch_every_s=6 * epoch_report_s())
@@ -151,13 +151,13 @@ def dry_run(study, options) -> str:
     """The trial table (axes as columns) and the count, marking trials already done."""
     import pandas as pd
 
-    from ablate.runner.store import Store
+    from ablate.runner.execute.store import Store
 
     done = Store(options["results_dir"], study.name).completed()
     table = trial_table(study, done)
     cost = None
     if options.get("estimate", "off") != "off" and len(table):
-        from ablate.runner.estimate import estimate
+        from ablate.runner.plan.estimate import estimate
 
         cost = estimate(study, options["results_dir"], options["estimate"])
         table["est"] = [_short(cost.trials[t].seconds) for t in table["trial_id"]]
@@ -202,22 +202,22 @@ def _main(argv: list[str]) -> int:
             names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
             print(help_text(names[-1] if names else None))
             return 0
-        from ablate.runner.search import is_search_study
+        from ablate.runner.search.search import is_search_study
 
         if is_search_study(_study_name(argv)):  # kind: search -> Optuna through Ray Tune
-            from ablate.runner.search import main as search_main
+            from ablate.runner.search.search import main as search_main
 
             return search_main(_study_name(argv), argv)
         display = _display(argv)  # the live line, from the planning step on
         with display.ticking():
             study, options = build_study(_study_name(argv), argv, progress=display)
-        from ablate.runner.driver import check_data_paths, run_study
-        from ablate.runner.ray_env import check_devices, check_resources_early
-        from ablate.runner.resources import memory_plan
-        from ablate.runner.store import Store
+        from ablate.runner.execute.driver import check_data_paths, run_study
+        from ablate.runner.execute.ray_env import check_devices, check_resources_early
+        from ablate.runner.execute.store import Store
+        from ablate.runner.plan.resources import memory_plan
 
         if options["reproduce"]:
-            from ablate.runner.reproduce import reproduce
+            from ablate.runner.execute.reproduce import reproduce
 
             # the id as typed: Hydra reads "0123e45678ab"-like ids as numbers
             raw = [a.split("=", 1)[1] for a in argv if a.startswith("reproduce=")]
@@ -259,7 +259,7 @@ def _main(argv: list[str]) -> int:
 def _keep_study_file(study, results_dir: str) -> None:
     """The study file as run, beside its trials (`Store.keep_study_file`). A store that cannot
     be written is left to the run, which says so in one line (exit 3)."""
-    from ablate.runner.store import Store
+    from ablate.runner.execute.store import Store
 
     if study.spec.path is not None:
         try:
@@ -277,7 +277,7 @@ def verify(study, options) -> int:
     Exit 0 complete and intact, `VERIFY_INCOMPLETE` (4) intact but some planned trials are
     not complete (never run, or failed), `VERIFY_CORRUPT` (2) a file is corrupt or foreign.
     Reads only: no folder is created."""
-    from ablate.runner.store import Store
+    from ablate.runner.execute.store import Store
 
     store = Store(options["results_dir"], study.name)
     got = store.inspect()

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _estimate(study: str, args: list[str], results: Path, mode: str):
-    from ablate.runner.estimate import estimate
-    from ablate.runner.study import build_study
+    from ablate.runner.plan.estimate import estimate
+    from ablate.runner.study.study import build_study
 
     built, _ = build_study(study, args)
     return estimate(built, results, mode)
@@ -56,7 +56,7 @@ def compare(study: str, args: list[str]) -> dict:
 
 
 def readme_rows(results: Path, studies: list[str]) -> None:
-    from ablate.runner.estimate import duration
+    from ablate.runner.plan.estimate import duration
 
     print("| study | trials / seeds | estimate here (records) | from records |")
     print("|---|---:|---:|---:|")
@@ -66,7 +66,7 @@ def readme_rows(results: Path, studies: list[str]) -> None:
         except Exception as e:  # noqa: BLE001 - a study this machine cannot plan
             print(f"| `{study}` | | not planned here ({type(e).__name__}) | |")
             continue
-        from ablate.runner.study import build_study
+        from ablate.runner.study.study import build_study
 
         built, _ = build_study(study)
         seeds = sum(len(t.config.seeds) for t in built.trials)

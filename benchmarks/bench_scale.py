@@ -101,7 +101,7 @@ def _child(argv: list[str], out: Path) -> int:
     """The driver: `ablate.run.main` in this process, then its own peak RSS to `out`."""
     sys.path.insert(0, str(ROOT))
     from ablate.run import main
-    from ablate.runner.kinds import TRIAL_KINDS
+    from ablate.runner.study.kinds import TRIAL_KINDS
 
     TRIAL_KINDS["instant"] = "bench_scale:INSTANT"
 
@@ -113,7 +113,7 @@ def _child(argv: list[str], out: Path) -> int:
 
 def run_size(trials: int, work: Path, instant: bool = False) -> dict:
     """Run the study with `trials` trials in a fresh results folder and dataset cache."""
-    from ablate.runner.store import read_trials
+    from ablate.runner.execute.store import read_trials
 
     seeds = -(-trials // 2)
     folder = work / f"n{trials}{'-instant' if instant else ''}"

@@ -5,7 +5,7 @@ and 1,000 graphs per test split, 3 epochs; ChebyGIN unsupervised / supervised /
 top-k and GIN unsupervised attention rows x N seeds). Two ways to run the same
 (config, seed) units on this machine:
 
-- runner: `ablate.runner.driver.run_study` as `python -m ablate.run` does it:
+- runner: `ablate.runner.execute.driver.run_study` as `python -m ablate.run` does it:
   dataset built once in the driver, embedded Ray, Tune with `reuse_actors`,
   seeds packed per trial, results written to the Parquet store;
 - naive: Ray Tune, one seed per trial, `reuse_actors=False` (a fresh worker
@@ -48,8 +48,8 @@ DATA = {"n_val": 500, "n_test": 1000}  # test splits: 1,000 graphs each (referen
 
 def build(units: int, epochs: int, seeds_per_trial: int):
     """The benchmark study: len(ROWS) model rows x (units / len(ROWS)) seeds."""
-    from ablate.runner.compose import StudySpec
-    from ablate.runner.study import Study, expand
+    from ablate.runner.study.compose import StudySpec
+    from ablate.runner.study.study import Study, expand
 
     n_seeds = -(-units // len(ROWS))
     spec = StudySpec(name="bench", fixed={"dataset": "colors", "epochs": epochs},
@@ -61,8 +61,8 @@ def build(units: int, epochs: int, seeds_per_trial: int):
 
 
 def run_runner(study, workdir: Path) -> dict:
-    from ablate.runner.driver import run_study
-    from ablate.runner.store import read_trials
+    from ablate.runner.execute.driver import run_study
+    from ablate.runner.execute.store import read_trials
 
     os.environ["ABLATE_CACHE"] = str(workdir / "cache-runner")  # built once, by the driver
     t0, t_wall0 = time.perf_counter(), time.time()

@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 from scipy import stats
 
-from ablate.runner.store import read_trials
+from ablate.runner.execute.store import read_trials
 
 
 def pearson_ci(x, y) -> tuple[float, float, float, float, int]:

@@ -261,8 +261,8 @@ def _minutes(s: float) -> str:
 def studies() -> str:
     """The README's studies table: size from the study files, walls from benchmark output."""
     sys.path.insert(0, str(ROOT))
-    from ablate.runner.compose import list_studies, load_spec, seed_list, study_file
-    from ablate.runner.study import plan_size
+    from ablate.runner.study.compose import list_studies, load_spec, seed_list, study_file
+    from ablate.runner.study.study import plan_size
 
     walls = _estimate_walls()
     gpu = _load("h100-2026-11-26-rerun/gpu_check.json")

@@ -1,4 +1,4 @@
-"""The result store's file format, shared by the runner (`ablate.runner.store`) and the analysis.
+"""The result store's file format, shared by the runner (`ablate.runner.execute.store`) and the analysis.
 
 - `result_store.schema`: every column of a trial or curves file per trial kind (graph, SDC),
   with its type, nullability and meaning; typed tables from rows; the version in each file.

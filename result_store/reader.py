@@ -4,7 +4,7 @@
 by the schema version they declare, scans each version's fragments as one dataset with a
 column projection (and the source file as a column), converts version-0 rows to the
 declared types (`result_store.legacy`) and returns one table. The runner's resume scan and
-`verify=true` (`ablate.runner.store`) and the analysis (`analysis.load`) call it.
+`verify=true` (`ablate.runner.execute.store`) and the analysis (`analysis.load`) call it.
 
 A file that is not a result file of either version (foreign), cannot be parsed, or holds a
 damaged page becomes one line in `Scan.problems`, saying what to do with it

@@ -65,11 +65,11 @@ def main(results: str, calm: str) -> int:
     used = info["MemTotal"] - info["MemAvailable"]
     os.environ["RAY_memory_usage_threshold"] = f"{(used + HEADROOM) / info['MemTotal']:.4f}"
     os.environ["RAY_memory_monitor_refresh_ms"] = "100"
-    from ablate.runner.compose import StudySpec
-    from ablate.runner.driver import run_study
-    from ablate.runner.kinds import TRIAL_KINDS
-    from ablate.runner.ray_env import start_ray
-    from ablate.runner.study import Study, expand
+    from ablate.runner.execute.driver import run_study
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.study.compose import StudySpec
+    from ablate.runner.study.kinds import TRIAL_KINDS
+    from ablate.runner.study.study import Study, expand
 
     TRIAL_KINDS["hog"] = "_oom_study:HOG"
     spec = StudySpec(name="oom", kind="hog", fixed={"+calm": calm},

@@ -70,7 +70,7 @@ def test_versions_parse_and_ranges_match_pyproject():
 def test_the_tune_hook_hands_over_the_memory_monitor_error_alone(monkeypatch):
     from ray.exceptions import OutOfMemoryError, RayActorError, RuntimeEnvSetupError
 
-    from ablate.runner.tune_callback import worker_deaths_as_trial_failures
+    from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
 
     manager = compat.tune_actor_manager()
     seen = []

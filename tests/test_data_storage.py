@@ -202,7 +202,7 @@ def _env() -> dict:
 def test_preparation_prints_no_traceback_when_its_pool_ends(tmp_path):
     """The superpixel pool's workers used to inherit the driver's SIGTERM handler and print a
     traceback each when the pool shut them down."""
-    script = ("from ablate.runner.signals import raise_on_sigterm; raise_on_sigterm(); "
+    script = ("from ablate.runner.execute.signals import raise_on_sigterm; raise_on_sigterm(); "
               "from ablate.data import load_graphsets; "
               "load_graphsets('digits_sp', n_train=200, n_val=4, n_test=4)")  # 2 pool chunks
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -370,11 +370,11 @@ def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_ca
     import math
 
     import ablate.data.cache
-    from ablate.runner import ship
-    from ablate.runner.compose import StudySpec
-    from ablate.runner.driver import run_study
-    from ablate.runner.store import read_trials
-    from ablate.runner.study import Study, expand
+    from ablate.runner.execute import ship
+    from ablate.runner.execute.driver import run_study
+    from ablate.runner.execute.store import read_trials
+    from ablate.runner.study.compose import StudySpec
+    from ablate.runner.study.study import Study, expand
 
     driver_cache, node_cache = tmp_path / "driver", tmp_path / "node2"
     # Each node has its own disk: no $ABLATE_CACHE to pass on; the driver process alone

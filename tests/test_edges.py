@@ -22,19 +22,19 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 import ray  # noqa: E402
 
 from ablate.run import main as run_main  # noqa: E402
-from ablate.runner import driver  # noqa: E402
-from ablate.runner.compose import StudySpec  # noqa: E402
-from ablate.runner.driver import run_study  # noqa: E402
-from ablate.runner.progress import Progress, Summary  # noqa: E402
-from ablate.runner.ray_env import (  # noqa: E402
+from ablate.runner.execute import driver  # noqa: E402
+from ablate.runner.execute.driver import run_study  # noqa: E402
+from ablate.runner.execute.progress import Progress, Summary  # noqa: E402
+from ablate.runner.execute.ray_env import (  # noqa: E402
     SESSION_MARK,
     clean_ray_leftovers,
     ray_temp_dir,
     session_processes,
 )
-from ablate.runner.signals import Terminated  # noqa: E402
-from ablate.runner.store import PLAN, Store  # noqa: E402
-from ablate.runner.study import Study, build_study, expand  # noqa: E402
+from ablate.runner.execute.signals import Terminated  # noqa: E402
+from ablate.runner.execute.store import PLAN, Store  # noqa: E402
+from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.study import Study, build_study, expand  # noqa: E402
 from analysis.report import default_out  # noqa: E402
 from analysis.report import main as report_main  # noqa: E402
 from analysis.synthetic import trial_record, write_trials  # noqa: E402
@@ -107,7 +107,7 @@ def test_a_plan_write_that_fails_after_ray_started_is_exit_3_not_a_traceback(tmp
 
 # ---------------------------------------------------------------- one retry count
 def test_a_result_that_could_not_be_written_is_not_counted_as_a_retry(tmp_path, monkeypatch):
-    from ablate.runner.tune_callback import StoreCallback
+    from ablate.runner.execute.tune_callback import StoreCallback
 
     study = _study("count")
     ids = [t.trial_id for t in study.trials]
@@ -285,7 +285,7 @@ def test_sigterm_inside_an_import_leaves_with_the_resume_line_not_a_half_importe
     raising handler) exits 143 with the resume line: raising there would leave the library
     half-imported and fail later with a traceback."""
     code = ("import sys\n"
-            "from ablate.runner.signals import raise_on_sigterm\n"
+            "from ablate.runner.execute.signals import raise_on_sigterm\n"
             "raise_on_sigterm()\n"
             "sys.path.insert(0, sys.argv[1])\n"
             "import slow_module  # sends itself SIGTERM halfway through its top level\n"
@@ -301,7 +301,7 @@ def test_sigterm_inside_an_import_leaves_with_the_resume_line_not_a_half_importe
 def test_session_clean_up_stops_rays_processes_never_a_users_viewer_of_its_logs(tmp_path):
     """A leftover session's clean-up stops processes that are Ray's (by command line) and have a
     file open under the session, never a user's `tail -f` on a log there (issue 35)."""
-    from ablate.runner.ray_env import _ray_package_dir, is_ray_process
+    from ablate.runner.execute.ray_env import _ray_package_dir, is_ray_process
 
     session = tmp_path / "ray" / "session_2026-01-01_00-00-00_000000_1"
     (session / "logs").mkdir(parents=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from ablate.runner.progress import Progress
-from ablate.runner.worker import EpochReporter
+from ablate.runner.execute.progress import Progress
+from ablate.runner.execute.worker import EpochReporter
 from ablate.trial import epochs
 
 
@@ -49,7 +49,7 @@ def test_a_log_prints_the_epochs_of_a_long_trial_between_count_changes():
 
 
 def test_the_worker_reports_epochs_at_most_every_so_often_and_restarts_the_pace_per_model(monkeypatch):
-    import ablate.runner.worker as worker
+    import ablate.runner.execute.worker as worker
 
     now = [100.0]
     monkeypatch.setattr(worker.time, "monotonic", lambda: now[0])

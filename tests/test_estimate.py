@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ablate.run import main
-from ablate.runner import estimate as est
-from ablate.runner.store import read_trials
-from ablate.runner.study import build_study
+from ablate.runner.execute.store import read_trials
+from ablate.runner.plan import estimate as est
+from ablate.runner.study.study import build_study
 
 TINY = """
 description: estimate test
@@ -90,7 +90,7 @@ def test_slots_are_capped_by_memory(monkeypatch):
     class Spec:
         cpus_per_trial = 1
 
-    from ablate.runner import resources
+    from ablate.runner.plan import resources
 
     monkeypatch.setattr(resources.os, "cpu_count", lambda: 8)
     monkeypatch.setattr(resources, "node_memory_estimate", lambda: 7_000 * 2**20)
@@ -99,7 +99,7 @@ def test_slots_are_capped_by_memory(monkeypatch):
 
 
 def test_one_rule_says_how_many_trials_fit():
-    from ablate.runner.resources import trials_at_once
+    from ablate.runner.plan.resources import trials_at_once
 
     assert trials_at_once({"CPU": 1, "GPU": 0, "memory": 0}, {"CPU": 8, "memory": 1e9}) == 8
     assert trials_at_once({"CPU": 1, "memory": 3e9}, {"CPU": 8, "memory": 7e9}) == 2

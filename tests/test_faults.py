@@ -25,12 +25,12 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 
 import ray  # noqa: E402
 
-from ablate.runner.compose import StudySpec  # noqa: E402
-from ablate.runner.driver import run_study  # noqa: E402
-from ablate.runner.kinds import TRIAL_KINDS  # noqa: E402
-from ablate.runner.ray_env import gpus_per_trial, start_ray  # noqa: E402
-from ablate.runner.store import FAILURES, Store, read_trials  # noqa: E402
-from ablate.runner.study import Study, build_study, expand  # noqa: E402
+from ablate.runner.execute.driver import run_study  # noqa: E402
+from ablate.runner.execute.ray_env import gpus_per_trial, start_ray  # noqa: E402
+from ablate.runner.execute.store import FAILURES, Store, read_trials  # noqa: E402
+from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.kinds import TRIAL_KINDS  # noqa: E402
+from ablate.runner.study.study import Study, build_study, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -18,8 +18,8 @@ from torch import nn
 
 from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve, trial_id
 from ablate.models.network import GraphNet
-from ablate.runner.compose import list_studies
-from ablate.runner.study import build_study
+from ablate.runner.study.compose import list_studies
+from ablate.runner.study.study import build_study
 from ablate.trial.evaluate import pool_test_auc
 from ablate.trial.setup import init_cosine, optimal_projection
 from ablate.trial.weak import weak_floor
@@ -66,7 +66,7 @@ def _model_identity(cfg) -> str:
 
 
 def _grid_studies() -> list[str]:
-    from ablate.runner.search import is_search_study
+    from ablate.runner.search.search import is_search_study
 
     return sorted(s for s in list_studies() if not is_search_study(s))
 

@@ -19,15 +19,15 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
-from ablate.runner.compose import StudySpec  # noqa: E402
-from ablate.runner.progress import Progress  # noqa: E402
-from ablate.runner.signals import RESUME  # noqa: E402
-from ablate.runner.study import Study, check_plan_size, expand, plan_size  # noqa: E402
+from ablate.runner.execute.progress import Progress  # noqa: E402
+from ablate.runner.execute.signals import RESUME  # noqa: E402
+from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.study import Study, check_plan_size, expand, plan_size  # noqa: E402
 
 
 def _descriptions(n: int) -> list[dict]:
-    from ablate.runner.handover import describe
-    from ablate.runner.packing import Pack
+    from ablate.runner.execute.handover import describe
+    from ablate.runner.plan.packing import Pack
 
     packs = [Pack(f"{i:012x}", ()) for i in range(n)]
     return describe(packs, {p.pack_id: {"CPU": 1, "GPU": 0, "memory": 256 << 20}
@@ -82,7 +82,7 @@ def _tune_creates(search_alg, param_space: dict, n: int, monkeypatch,
 def test_tune_copies_a_fixed_size_description_per_trial(monkeypatch):
     from ray import tune
 
-    from ablate.runner.handover import feed
+    from ablate.runner.execute.handover import feed
 
     per_trial, largest = {}, {}
     for n in (20, 200):
@@ -109,7 +109,7 @@ def test_the_scheduler_never_walks_the_finished_trials(monkeypatch):
     queue of those not yet started, so a step's work does not grow with the finished ones."""
     from ray.tune.experiment import Trial
 
-    from ablate.runner.handover import InOrder, feed
+    from ablate.runner.execute.handover import InOrder, feed
 
     *_, trials = _tune_creates(feed(_descriptions(200), 4), {}, 200, monkeypatch, keep=True)
     order = InOrder()
@@ -129,8 +129,8 @@ def test_the_scheduler_never_walks_the_finished_trials(monkeypatch):
 def test_a_study_above_the_trial_limit_stops_before_anything_runs(tmp_path, capsys,
                                                                    monkeypatch):
     from ablate import run
-    from ablate.runner import search  # noqa: F401 (imported before the patch below)
-    from ablate.runner import study as study_module
+    from ablate.runner.search import search  # noqa: F401 (imported before the patch below)
+    from ablate.runner.study import study as study_module
 
     def never(*a, **kw):
         raise AssertionError("a trial was built")
@@ -224,9 +224,9 @@ def test_search_studies_hand_tune_small_fixed_size_trials(tmp_path, monkeypatch)
     store once (`tune.with_parameters`), never in a trial's config."""
     from ray import tune
 
-    from ablate.runner.search_spec import load_search_spec
-    from ablate.runner.search_tune import run_search
-    from ablate.runner.store import Store
+    from ablate.runner.execute.store import Store
+    from ablate.runner.search.search_tune import run_search
+    from ablate.runner.study.search_spec import load_search_spec
 
     got = {}
 
@@ -256,7 +256,7 @@ def test_search_studies_hand_tune_small_fixed_size_trials(tmp_path, monkeypatch)
 # ------------------------------------------------------------------ on a real local Ray
 @pytest.fixture
 def barrier_env(ray_env, monkeypatch):
-    from ablate.runner.kinds import TRIAL_KINDS
+    from ablate.runner.study.kinds import TRIAL_KINDS
 
     monkeypatch.setitem(TRIAL_KINDS, "barrier", "_ray_kinds:BARRIER")
     return ray_env
@@ -270,9 +270,9 @@ def test_the_driver_hands_tune_descriptions_and_the_workers_find_their_payloads(
     import ray
     from ray import tune
 
-    from ablate.runner import driver, handover
-    from ablate.runner.ray_env import start_ray
-    from ablate.runner.store import read_trials
+    from ablate.runner.execute import driver, handover
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.execute.store import read_trials
 
     spec = StudySpec(name="handover", kind="barrier", fixed={"+parties": 1,
                      "+marker_dir": str(barrier_env / "markers")},

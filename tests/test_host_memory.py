@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.runner.store import FAILURES, read_trials
-from ablate.runner.tune_callback import MEMORY_KILLED
+from ablate.runner.execute.store import FAILURES, read_trials
+from ablate.runner.execute.tune_callback import MEMORY_KILLED
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -52,11 +52,11 @@ def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, m
     """A node with 3 CPUs but memory for two of the trials: Ray assigns each trial the memory
     its pack declared and never runs three at once."""
     from ablate.data import load_graphsets
-    from ablate.runner.compose import StudySpec
-    from ablate.runner.driver import run_study
-    from ablate.runner.kinds import TRIAL_KINDS
-    from ablate.runner.resources import trials_memory
-    from ablate.runner.study import Study, expand
+    from ablate.runner.execute.driver import run_study
+    from ablate.runner.plan.resources import trials_memory
+    from ablate.runner.study.compose import StudySpec
+    from ablate.runner.study.kinds import TRIAL_KINDS
+    from ablate.runner.study.study import Study, expand
 
     monkeypatch.setitem(TRIAL_KINDS, "memheld", "_memory_kinds:HELD")
     data = {"n_train": 30, "n_val": 20, "n_test": 20, "n_max_large": 30}

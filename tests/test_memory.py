@@ -8,7 +8,7 @@ from _packs import TIMING, TINY, close, tmp_cache  # noqa: F401 (tmp_cache: auto
 
 from ablate.config import TrialConfig
 from ablate.errors import DeviceMemoryExhausted
-from ablate.runner import worker
+from ablate.runner.execute import worker
 from ablate.trial import pack_step
 from ablate.trial import packed as batched
 from ablate.trial.graph import run_trial_full

@@ -16,13 +16,13 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
 
-from ablate.runner.compose import StudySpec  # noqa: E402
-from ablate.runner.driver import run_study  # noqa: E402
-from ablate.runner.kinds import TRIAL_KINDS  # noqa: E402
-from ablate.runner.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
-from ablate.runner.ray_env import start_ray  # noqa: E402
-from ablate.runner.store import read_trials  # noqa: E402
-from ablate.runner.study import Study, build_study, expand  # noqa: E402
+from ablate.runner.execute.driver import run_study  # noqa: E402
+from ablate.runner.execute.ray_env import start_ray  # noqa: E402
+from ablate.runner.execute.store import read_trials  # noqa: E402
+from ablate.runner.plan.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
+from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.kinds import TRIAL_KINDS  # noqa: E402
+from ablate.runner.study.study import Study, build_study, expand  # noqa: E402
 from ablate.trial.graph import run_trial_full  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -138,7 +138,7 @@ def test_a_retried_pack_never_rewrites_a_member_stored_ok(env):
     stored: dict[str, bytes] = {}
     ok_first = sorted(t.trial_id for t in study.trials if 1 not in t.config.seeds)
 
-    from ablate.runner import tune_callback
+    from ablate.runner.execute import tune_callback
 
     write = tune_callback.StoreCallback._write
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ablate.run import main
-from ablate.runner import driver, resources
-from ablate.runner.signals import RESUME
+from ablate.runner.execute import driver
+from ablate.runner.execute.signals import RESUME
+from ablate.runner.plan import resources
 
 ROOT = Path(__file__).resolve().parents[1]
 

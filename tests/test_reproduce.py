@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ablate.run import main
-from ablate.runner.reproduce import REPRODUCE_DIFFERS, compare
-from ablate.runner.store import read_trials
+from ablate.runner.execute.reproduce import REPRODUCE_DIFFERS, compare
+from ablate.runner.execute.store import read_trials
 from result_store import writer
 
 # two thresholds x two seeds, one seed a trial: four trials that pack into one model
@@ -148,7 +148,7 @@ def test_gpu_records_rerun_on_the_same_gpu_model_must_be_identical():
     """The README's promise on a GPU (run after run, bit for bit) is what reproduce= checks
     there: CUDA records rerun on the same GPU model get the identical rule; another model or
     another kind of device gets the rule across devices (issue 35)."""
-    from ablate.runner.reproduce import same_device
+    from ablate.runner.execute.reproduce import same_device
 
     h100 = {"device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"}
     cpu = {"device": "cpu", "gpu_name": ""}

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ablate.run import main
-from ablate.runner.store import read_curves, read_trials
+from ablate.runner.execute.store import read_curves, read_trials
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,7 +149,7 @@ def test_smoke_study_end_to_end_then_rerun_skips(tmp_path):
 def test_progress_display_modes():
     import io
 
-    from ablate.runner.progress import Progress
+    from ablate.runner.execute.progress import Progress
 
     class TTY(io.StringIO):
         def isatty(self):

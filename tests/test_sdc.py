@@ -286,7 +286,7 @@ def test_short_training_reaches_high_accuracy_with_low_focus() -> None:
 
 
 def test_study_file_expands(monkeypatch) -> None:
-    from ablate.runner import study
+    from ablate.runner.study import study
 
     s, _ = study.build_study("sdc")
     cfgs = [t.config for t in s.trials]
@@ -302,9 +302,9 @@ def test_study_file_expands(monkeypatch) -> None:
 def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path) -> None:
     """The runner writes a failed trial's rows from its kind's columns ('dataset' included,
     which `analysis.load` requires of every trial file)."""
-    from ablate.runner.store import Store
-    from ablate.runner.study import build_study
-    from ablate.runner.tune_callback import StoreCallback
+    from ablate.runner.execute.store import Store
+    from ablate.runner.execute.tune_callback import StoreCallback
+    from ablate.runner.study.study import build_study
     from analysis.load import load_study
 
     s, _ = build_study("sdc", ["task=digits", "seed=0"])
@@ -318,7 +318,7 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
 
 def test_sdc_trial_ids_are_those_of_earlier_versions() -> None:
     """Stores written before the trial-kind interface keep their completed SDC trials."""
-    from ablate.runner.study import build_study
+    from ablate.runner.study.study import build_study
 
     s, _ = build_study("sdc", ["task=digits", "seed=0"])
     # computed by commit acfd8d0 (before ablate.trial.kind existed)

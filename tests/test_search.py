@@ -1,4 +1,4 @@
-"""Optuna search through Ray Tune (ablate.runner.search): composition of a search spec, splits,
+"""Optuna search through Ray Tune (ablate.runner.search.search): composition of a search spec, splits,
 store rows, resume and cap, final evaluation, resume after SIGKILL, optimum."""
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def _cache(tmp_path_factory, monkeypatch):
 ])
 def test_search_spec_takes_the_override_forms_of_every_study(overrides):
     """One grammar: the same overrides give the same seeds and axes in a search study as in an
-    ordinary study (both composed by ablate.runner.study)."""
-    from ablate.runner.search import arm_config, load_search_spec
-    from ablate.runner.study import build_study
+    ordinary study (both composed by ablate.runner.study.study)."""
+    from ablate.runner.search.search import arm_config, load_search_spec
+    from ablate.runner.study.study import build_study
 
     study, _ = build_study("threshold", overrides)
     spec = load_search_spec("threshold_search", overrides)
@@ -48,8 +48,8 @@ def test_search_spec_takes_the_override_forms_of_every_study(overrides):
 
 
 def test_search_spec_keys_sections_and_errors():
-    from ablate.runner.search import build_space, final_config, load_search_spec
-    from ablate.runner.study import build_study
+    from ablate.runner.search.search import build_space, final_config, load_search_spec
+    from ablate.runner.study.study import build_study
 
     spec = load_search_spec("threshold_search", [
         "search.threshold.low=1e-3", "~search.ratio", "arms=colors_chebygin_sup,colors_chebygin_unsup",
@@ -95,7 +95,13 @@ def test_cli_unknown_key_exits_2_and_dry_run_lists_arms(capsys):
 
 def test_objective_sees_train_and_val_only():
     """The trainable's data: no test split is loaded, and every seed reports a val accuracy."""
-    from ablate.runner.search import arm_config, build_space, load_search_spec, search_splits, train_jointly
+    from ablate.runner.search.search import (
+        arm_config,
+        build_space,
+        load_search_spec,
+        search_splits,
+        train_jointly,
+    )
 
     spec = load_search_spec("threshold_search", [*TINY, "epochs=2", "arms=colors_chebygin_sup"])
     cfg = arm_config(spec, "colors_chebygin_sup", threshold=0.01)
@@ -113,8 +119,9 @@ def test_run_search_rows_resume_cap_and_final_rows(ray_env):
     evaluation writes tuned and reference rows on every split."""
     import optuna
 
-    from ablate.runner.ray_env import start_ray
-    from ablate.runner.search import (
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.execute.store import Store
+    from ablate.runner.search.search import (
         best_trial,
         final_evaluation,
         load_search_spec,
@@ -122,7 +129,6 @@ def test_run_search_rows_resume_cap_and_final_rows(ray_env):
         run_search,
         summary,
     )
-    from ablate.runner.store import Store
 
     arm = "colors_chebygin_unsup"
     spec = load_search_spec("threshold_search", [
@@ -180,7 +186,7 @@ def _tune_folders() -> set[Path]:
 
 def test_resume_after_sigkill(tmp_path):
     """Kill the driver once a trial is in SQLite; a rerun continues the same study to max_trials."""
-    from ablate.runner.store import read_trials
+    from ablate.runner.execute.store import read_trials
 
     cmd = [sys.executable, "-m", "ablate.run", "study=threshold_search", f"results_dir={tmp_path}",
            *TINY, "epochs=2", "arms=colors_chebygin_unsup", "max_trials=3", "n_trials=3",
@@ -238,7 +244,7 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.runner.search import DefineSpace, arm_config, build_space, load_search_spec
+    from ablate.runner.search.search import DefineSpace, arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "arms=colors_chebygin_unsup"])
     space = build_space(spec.search, arm_config(spec, "colors_chebygin_unsup"))
@@ -267,7 +273,7 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     half-made database, and a leftover temp file is cleared by the next run."""
     import optuna
 
-    from ablate.runner.search import create_db
+    from ablate.runner.search.search import create_db
 
     db = tmp_path / "optuna.db"
     (tmp_path / ".optuna.db.999.tmp").write_bytes(b"half-made")
@@ -284,11 +290,12 @@ def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory
     receives the driver's prepared file once, byte for byte, and the search completes there."""
     import ablate.data.cache
     from ablate.data import load_graphsets
-    from ablate.runner import search_tune, ship
-    from ablate.runner.ray_env import start_ray
-    from ablate.runner.search import load_search_spec, run_search
-    from ablate.runner.search_spec import arm_config
-    from ablate.runner.store import Store
+    from ablate.runner.execute import ship
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.execute.store import Store
+    from ablate.runner.search import search_tune
+    from ablate.runner.search.search import load_search_spec, run_search
+    from ablate.runner.study.search_spec import arm_config
 
     driver_cache, node_cache = tmp_path / "driver", tmp_path / "node2"
     monkeypatch.delenv("ABLATE_CACHE", raising=False)  # each node its own disk

@@ -1,4 +1,4 @@
-"""Shipping a prepared dataset file to a node (`ablate.runner.ship.receive`, issue 35): a file
+"""Shipping a prepared dataset file to a node (`ablate.runner.execute.ship.receive`, issue 35): a file
 already at the path is kept only when it is the driver's (same size under the same recipe
 name); a file of an older cache format, or a torn one, is replaced under the node's lock."""
 
@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from ablate.runner import ship
+from ablate.runner.execute import ship
 
 
 @pytest.fixture

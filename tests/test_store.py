@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ablate.runner.store import Store, StoreError, read_curves, read_trials, write_parquet
+from ablate.runner.execute.store import Store, StoreError, read_curves, read_trials, write_parquet
 
 
 def _rows(status="ok", seeds=(0, 1), splits=("val", "test_orig")):
@@ -168,7 +168,7 @@ def test_verify_lists_every_bad_trial_and_curves_file(tmp_path):
 
 
 def test_a_failed_trial_write_leaves_no_curves(tmp_path, monkeypatch):
-    import ablate.runner.store as st
+    import ablate.runner.execute.store as st
 
     store = Store(tmp_path, "s")
     real = st.write_parquet

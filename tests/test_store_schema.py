@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from ablate.run import main as run_main
-from ablate.runner import driver
-from ablate.runner.kinds import trial_kind
-from ablate.runner.store import Store, StoreError, read_curves, read_trials
-from ablate.runner.study import build_study
+from ablate.runner.execute import driver
+from ablate.runner.execute.store import Store, StoreError, read_curves, read_trials
+from ablate.runner.study.kinds import trial_kind
+from ablate.runner.study.study import build_study
 from analysis.load import load_store
 from analysis.report import main as report_main
 from result_store import legacy, reader, schema, schema_doc
@@ -118,7 +118,7 @@ def test_a_kind_may_declare_columns_of_its_own():
 
 def test_rows_of_every_writer_fit_their_kind():
     """The graph kind's axes with the search studies' columns, the SDC kind's axes."""
-    from ablate.runner.kinds import trial_kind
+    from ablate.runner.study.kinds import trial_kind
 
     for name, overrides, kind in (("smoke", GRAPH[1:], "graph"), ("sdc", SDC[1:], "sdc")):
         study, _ = build_study(name, overrides)
@@ -131,7 +131,7 @@ def test_rows_of_every_writer_fit_their_kind():
 
 def test_a_misfit_trial_is_stored_as_failed_naming_the_column(tmp_path):
     """In a study (the driver's Tune callback) the trial fails with the column named."""
-    from ablate.runner.tune_callback import StoreCallback
+    from ablate.runner.execute.tune_callback import StoreCallback
 
     study, _ = build_study("smoke", GRAPH[1:] + ["study=smoke"])
     t = study.trials[0]

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from ablate.run import main
-from ablate.runner.compose import STUDIES_DIR, load_spec, locate_study
-from ablate.runner.store import Store, read_trials
+from ablate.runner.execute.store import Store, read_trials
+from ablate.runner.study.compose import STUDIES_DIR, load_spec, locate_study
 
 MINE = """
 description: my own tiny study

@@ -20,12 +20,12 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from ablate.run import main  # noqa: E402
-from ablate.runner.compose import StudySpec  # noqa: E402
-from ablate.runner.driver import run_study  # noqa: E402
-from ablate.runner.kinds import TRIAL_KINDS  # noqa: E402
-from ablate.runner.ray_env import clean_tune_leftovers, start_ray  # noqa: E402
-from ablate.runner.store import PLAN, Store, StoreError, read_trials  # noqa: E402
-from ablate.runner.study import Study, expand  # noqa: E402
+from ablate.runner.execute.driver import run_study  # noqa: E402
+from ablate.runner.execute.ray_env import clean_tune_leftovers, start_ray  # noqa: E402
+from ablate.runner.execute.store import PLAN, Store, StoreError, read_trials  # noqa: E402
+from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.kinds import TRIAL_KINDS  # noqa: E402
+from ablate.runner.study.study import Study, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -202,7 +202,7 @@ def test_cached_load_keeps_the_canonical_split_order():
 def test_no_colour_reset_code_after_the_last_line_on_a_terminal():
     import pty
 
-    code = ("from ablate.runner.ray_env import start_ray; start_ray(None); import ray; "
+    code = ("from ablate.runner.execute.ray_env import start_ray; start_ray(None); import ray; "
             "ray.shutdown(); print('last line')")
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=slave, stderr=slave)

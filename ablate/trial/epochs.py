@@ -2,7 +2,7 @@
 
 The loops (`fit.fit`, the packed loop in `packed.py`, `sdc.fit`) call `report_epoch(0, n)`
 as training starts and `report_epoch(e, n)` after each epoch's one read of its loss from the
-device, so listening adds no host sync. The runner's worker listens (`ablate.runner.worker`)
+device, so listening adds no host sync. The runner's worker listens (`ablate.runner.execute.worker`)
 and forwards a rate-limited summary to the driver's live line; with no listener a call costs
 one global lookup.
 """

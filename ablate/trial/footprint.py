@@ -1,7 +1,7 @@
 """Host memory one pack of graph trials needs, from its prepared dataset's sizes.
 
 The runner declares it to Ray as the trial's ``memory`` resource, so Ray never starts more
-trials on a node than its memory holds (`ablate.runner.driver`). It adds up what a worker
+trials on a node than its memory holds (`ablate.runner.execute.driver`). It adds up what a worker
 keeps (`ablate.trial.batches`, `ablate.trial.evaluate`):
 
 - the worker itself: Python with torch, PyG, Ray and ablate imported (`WORKER_BYTES`);

@@ -4,7 +4,7 @@ The runner (study expansion, packing, Ray workers, the result store) knows a tri
 only through its kind: how to resolve a config, which store columns it gives,
 its identity, and how to run it alone or packed with others. A kind is an
 instance of a `TrialKind` subclass, registered by its 'module:attr' path in
-`ablate.runner.kinds.TRIAL_KINDS`, so driver and workers import the same object.
+`ablate.runner.study.kinds.TRIAL_KINDS`, so driver and workers import the same object.
 """
 
 from __future__ import annotations

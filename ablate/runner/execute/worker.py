@@ -1,6 +1,6 @@
 """What runs inside a Ray worker: the Tune function trainable that runs one pack of trials.
 
-Ray pickles `trainable` by reference, so it stays at ``ablate.runner.worker.trainable``.
+Ray pickles `trainable` by reference, so it stays at ``ablate.runner.execute.worker.trainable``.
 A worker loads the dataset from the on-disk cache (on a node without the cache
 file it first writes the driver's copy, shipped through the object store in pieces,
 once per node; it never downloads raw files), runs
@@ -19,9 +19,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ablate.runner.kinds import load_attr
-from ablate.runner.ray_env import worker_data_env
-from ablate.runner.ship import ensure_dataset
+from ablate.runner.execute.ray_env import worker_data_env
+from ablate.runner.execute.ship import ensure_dataset
+from ablate.runner.study.kinds import load_attr
 from ablate.trial import epochs
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
@@ -116,7 +116,7 @@ class EpochReporter:
 def trainable(config: dict, blobs: dict | None = None, payloads=None) -> None:
     """Tune function trainable: run one pack (one or more trials), report each attempt.
 
-    Tune's config names the pack by its index in `payloads` (`ablate.runner.handover`:
+    Tune's config names the pack by its index in `payloads` (`ablate.runner.execute.handover`:
     the payloads, sent through the object store once); a config that holds the payload
     itself is run as it is.
 

@@ -15,16 +15,25 @@ runs `main`, which per arm
 3. prints the summary table (`search_final.summary`).
 
 The modules: `search_spec` (the study file and overrides, composed by
-`ablate.runner.compose`; arms and space), `search_trial` (the Tune trainable),
+`ablate.runner.study.compose`; arms and space), `search_trial` (the Tune trainable),
 `search_tune` (Optuna study, Tune run, store rows), `search_final` (best trial,
 final evaluation, summary). Their public names are re-exported here.
 """
 
 from __future__ import annotations
 
-from ablate.runner.compose import locate_study
-from ablate.runner.search_final import best_trial, final_evaluation, final_jobs, summary
-from ablate.runner.search_spec import (
+from ablate.runner.search.search_final import best_trial, final_evaluation, final_jobs, summary
+from ablate.runner.search.search_trial import (
+    SEARCH_SPLITS,
+    cv_splits,
+    objective,
+    search_splits,
+    search_trainable,
+    train_jointly,
+)
+from ablate.runner.search.search_tune import DefineSpace, create_db, open_study, run_search
+from ablate.runner.study.compose import locate_study
+from ablate.runner.study.search_spec import (
     CHOICES,
     METRIC,
     MODE,
@@ -39,15 +48,6 @@ from ablate.runner.search_spec import (
     load_search_spec,
     members,
 )
-from ablate.runner.search_trial import (
-    SEARCH_SPLITS,
-    cv_splits,
-    objective,
-    search_splits,
-    search_trainable,
-    train_jointly,
-)
-from ablate.runner.search_tune import DefineSpace, create_db, open_study, run_search
 
 __all__ = [
     "CHOICES", "METRIC", "MODE", "OBJECTIVES", "PARAMS", "RANGES", "SEARCH_SPLITS",
@@ -73,8 +73,8 @@ def describe(spec: SearchSpec) -> str:
 def main(name: str, argv: list[str]) -> int:
     """CLI entry for ``kind: search`` studies (called by ablate.run with the whole argv)."""
     from ablate.data import load_graphsets
-    from ablate.runner.ray_env import start_ray
-    from ablate.runner.store import Store
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.execute.store import Store
 
     spec = load_search_spec(name, argv)
     for arm in spec.arms:  # validate every arm, space and final row before Ray starts

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import ConfigError, choice_error
-from ablate.runner.kinds import NOT_AXES, config_fields, trial_kind
+from ablate.runner.study.kinds import NOT_AXES, config_fields, trial_kind
 
 
 def _builtin_studies() -> Path:
     """The built-in studies: studies/ beside the package (checkout or wheel), else ./studies."""
-    package = Path(__file__).resolve().parents[1]  # ablate/ (this file: ablate/runner/)
+    package = Path(__file__).resolve().parents[2]  # ablate/ (this file: ablate/runner/study/)
     for d in (package.parent / "studies", package / "studies", Path.cwd() / "studies"):
         if d.is_dir():
             return d
@@ -134,7 +134,7 @@ STUDY_KEYS: dict[str, tuple[Any, str]] = {
 
 
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
-ESTIMATE_MODES = ("records", "calibrate", "off")  # ablate.runner.estimate.MODES
+ESTIMATE_MODES = ("records", "calibrate", "off")  # ablate.runner.plan.estimate.MODES
 
 
 _SECTIONS = {"description", "kind", "fixed", "data", "grid", "variants", *STUDY_KEYS}
@@ -157,7 +157,7 @@ class StudySpec:
     gpus_per_trial: float | str = "auto"
     max_failures: int = 2
     pack_size: int | str = "auto"
-    trial_limit: int = 100_000  # most trials it may expand to (ablate.runner.study)
+    trial_limit: int = 100_000  # most trials it may expand to (ablate.runner.study.study)
     path: Path | None = None  # the study file it was read from
 
 

@@ -140,7 +140,7 @@ class Store:
         `store_kind`, plus its `store_columns`); rows that do not fit raise
         `result_store.schema.SchemaError` naming the column, and nothing is written.
         """
-        from ablate.runner.kinds import trial_kind
+        from ablate.runner.study.kinds import trial_kind
 
         k = trial_kind(kind)
         extra = {"study": self.study, "trial_id": trial_id, "attempt": 1, **(extra or {})}

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ablate.runner.packing import Pack
-    from ablate.runner.study import Study, Trial
+    from ablate.runner.plan.packing import Pack
+    from ablate.runner.study.study import Study, Trial
 
 GB = 1 << 30
 ROUND = 256 << 20  # needs are rounded up to this, so packs of one recipe ask alike (actor reuse)
@@ -60,7 +60,7 @@ _FOOTPRINTS: dict[tuple, dict | None] = {}  # (path, mtime, size) -> footprint o
 def trials_memory(trials: list[Trial]) -> int | None:
     """Bytes of host memory the trials need when they run as one pack, rounded up to `ROUND`;
     None if their kind does not say."""
-    from ablate.runner.kinds import trial_kind
+    from ablate.runner.study.kinds import trial_kind
 
     t = trials[0]
     need = trial_kind(t.kind).host_memory([x.config for x in trials], dataset_footprint(t))
@@ -132,7 +132,7 @@ def memory_plan(study: Study, embedded: bool = True, cpus: int | None = None) ->
     """The dry run's line: memory per trial and how many trials run at once on this machine.
     `embedded` (no cluster to join): a trial this machine cannot hold is a `ConfigError`, as
     in a run."""
-    from ablate.runner.packing import make_packs, pack_seeds
+    from ablate.runner.plan.packing import make_packs, pack_seeds
 
     spec = study.spec
     cpus = cpus or os.cpu_count() or 1

@@ -1,11 +1,11 @@
 """A study expanded into trials: variants x grid x seed chunks, each resolved, validated and
 given its id, before Ray starts.
 
-`build_study(name, overrides)` composes the study (`ablate.runner.compose`: the YAML
+`build_study(name, overrides)` composes the study (`ablate.runner.study.compose`: the YAML
 file plus Hydra overrides) and expands it (a study larger than its `trial_limit` is
 refused first, counted without building a trial: `check_plan_size`); every trial's config is built from its
 axes (`make_config`, values coerced to the field types), resolved and validated by
-its kind (`ablate.runner.kinds`), so a bad key or value is one `ConfigError` line.
+its kind (`ablate.runner.study.kinds`), so a bad key or value is one `ConfigError` line.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import ConfigError
-from ablate.runner.compose import StudySpec, apply_overrides, load_spec, seed_list
-from ablate.runner.kinds import config_fields, trial_kind
+from ablate.runner.study.compose import StudySpec, apply_overrides, load_spec, seed_list
+from ablate.runner.study.kinds import config_fields, trial_kind
 
 if TYPE_CHECKING:
-    from ablate.runner.progress import Progress
+    from ablate.runner.execute.progress import Progress
 
 
 @dataclass(frozen=True)

@@ -161,8 +161,8 @@ def reproduce(study, options: dict) -> int:
     the store and the verdict; 0 when it holds, `REPRODUCE_DIFFERS` when it does not."""
     import torch
 
-    from ablate.runner.kinds import trial_kind
-    from ablate.runner.store import Store
+    from ablate.runner.execute.store import Store
+    from ablate.runner.study.kinds import trial_kind
 
     tid = options["reproduce"]
     store = Store(options["results_dir"], study.name)

@@ -1,7 +1,7 @@
 """Ray start-up for the runner: a quiet environment, joining or starting Ray, resource checks.
 
 Importing this module changes nothing: `quiet_ray_env` sets Ray's and Tune's
-environment variables when the driver starts (`ablate.runner.driver.run_study`)
+environment variables when the driver starts (`ablate.runner.execute.driver.run_study`)
 and again at the top of `start_ray`, before this process first imports `ray`.
 `start_ray` joins a cluster or starts an embedded local Ray and quiets its
 console (loggers, the raylet's worker-death notices, colorama's exit hook);
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TextIO
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ablate.runner.study import Study
+    from ablate.runner.study.study import Study
 
 # Quiet Ray/Tune console (DESIGN.md "measured facts"). Set before `import ray`: Ray reads
 # RAY_DEDUP_LOGS when it is imported, the raylet reads RAY_* when ray.init starts it, Tune

@@ -4,13 +4,13 @@ Data flow (DESIGN.md): the driver skips trials already complete in the store,
 builds every dataset recipe once into the on-disk cache, starts an embedded
 local Ray sized to the machine (or joins `ray_address` / $RAY_ADDRESS), and
 hands the packs to a Tune `Tuner` as small descriptions suggested one at a time,
-their payloads in the object store once (`ablate.runner.handover`; function trainable,
+their payloads in the object store once (`ablate.runner.execute.handover`; function trainable,
 `reuse_actors=True`, declared `cpus_per_trial` / fractional `gpus_per_trial` and the host
-memory of each pack from its prepared dataset (`ablate.runner.resources`),
+memory of each pack from its prepared dataset (`ablate.runner.plan.resources`),
 `FailureConfig(max_failures)`).
 A worker only loads the cached dataset (on a node without the cache file it writes the
 driver's copy, shipped once per node through the object store in pieces,
-`ablate.runner.ship`), runs the trial kind's function on the packed seeds and reports
+`ablate.runner.execute.ship`), runs the trial kind's function on the packed seeds and reports
 its records and curves in one result. The driver-side `StoreCallback` writes them
 atomically as each result arrives. A trial that raises or returns NaN reports rows with
 its status and is retried in the same warm worker; a lost worker or node (a worker
@@ -34,10 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ablate.errors import ConfigError
-from ablate.runner.kinds import TRIAL_KINDS
-from ablate.runner.packing import Pack, make_packs, pack_seeds
-from ablate.runner.progress import Progress, Summary
-from ablate.runner.ray_env import (
+from ablate.runner.execute.progress import Progress, Summary
+from ablate.runner.execute.ray_env import (
     RayStarter,
     check_devices,
     check_resources,
@@ -48,7 +46,11 @@ from ablate.runner.ray_env import (
     quiet_ray_env,
     tune_storage,
 )
-from ablate.runner.resources import (
+from ablate.runner.execute.ship import dataset_pieces
+from ablate.runner.execute.signals import handlers_kept_through_tune, signal_name
+from ablate.runner.execute.worker import trainable
+from ablate.runner.plan.packing import Pack, make_packs, pack_seeds
+from ablate.runner.plan.resources import (
     check_memory,
     cluster_node_memory,
     node_memory_estimate,
@@ -56,13 +58,11 @@ from ablate.runner.resources import (
     trials_at_once,
     trials_memory,
 )
-from ablate.runner.ship import dataset_pieces
-from ablate.runner.signals import handlers_kept_through_tune, signal_name
-from ablate.runner.study import Study, Trial
-from ablate.runner.worker import trainable
+from ablate.runner.study.kinds import TRIAL_KINDS
+from ablate.runner.study.study import Study, Trial
 
 if TYPE_CHECKING:
-    from ablate.runner.store import Store
+    from ablate.runner.execute.store import Store
 
 
 def run_study(study: Study, results_dir: str | os.PathLike = "results", force: bool = False,
@@ -70,7 +70,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
               stream: TextIO | None = None, display: Progress | None = None) -> Summary:
     """Run every trial of `study` not yet complete in the store; see the module docstring.
     `display` (a `Progress` that showed the planning step) goes on; else one is made."""
-    from ablate.runner.store import FAILURES, Store, StoreError, write_error
+    from ablate.runner.execute.store import FAILURES, Store, StoreError, write_error
 
     t_start = display.t0 if display is not None else time.time()
     stream = stream or sys.stderr
@@ -144,7 +144,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             splits.update(prepare_datasets(rest, progress=bars, display=display))
         except OSError as e:  # the data folder filled (or is read-only): exit 3, the usual line
             from ablate.data.cache import cache_dir
-            from ablate.runner.store import write_error
+            from ablate.runner.execute.store import write_error
 
             summary.storage_error = write_error(e, Path(e.filename or cache_dir()))
             summary.remaining = [t.trial_id for t in todo]
@@ -220,7 +220,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
     import ray
     from ray import tune
 
-    from ablate.runner.handover import (
+    from ablate.runner.execute.handover import (
         TUNE_ENV,
         InOrder,
         PayloadTable,
@@ -228,7 +228,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         describe,
         feed,
     )
-    from ablate.runner.tune_callback import (
+    from ablate.runner.execute.tune_callback import (
         StorageStop,
         StoreCallback,
         trial_name,
@@ -241,7 +241,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         try:
             store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
         except OSError as e:  # the disk filled since `check_space`: exit 3, the same line
-            from ablate.runner.store import write_error
+            from ablate.runner.execute.store import write_error
 
             summary.storage_error = write_error(e, store.dir)
             summary.remaining = [t.trial_id for t in todo]
@@ -329,7 +329,7 @@ def _pack_resources(config: dict):
 def _one_line(e: BaseException) -> str:
     """An exception as one line: its type and the first line of its message (Ray's errors
     carry a memory report or a traceback after it)."""
-    from ablate.runner.tune_callback import MEMORY_KILLED, killed_for_memory
+    from ablate.runner.execute.tune_callback import MEMORY_KILLED, killed_for_memory
 
     text = str(e).strip()
     if killed_for_memory(text):

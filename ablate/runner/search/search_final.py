@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from ablate.runner.ray_env import worker_data_env
-from ablate.runner.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
+from ablate.runner.execute.ray_env import worker_data_env
+from ablate.runner.study.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
 
 
 def best_trial(store, arm: str) -> dict | None:
@@ -60,7 +60,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     a row already in the store with the same config is skipped."""
     import ray
 
-    from ablate.runner.kinds import trial_kind
+    from ablate.runner.study.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
 
     graph = trial_kind("graph")

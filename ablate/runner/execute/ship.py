@@ -1,6 +1,6 @@
 """Prepared datasets shipped to the other nodes of a cluster, in bounded pieces.
 
-The driver prepares every dataset recipe once (`ablate.runner.driver.prepare_datasets`).
+The driver prepares every dataset recipe once (`ablate.runner.execute.driver.prepare_datasets`).
 A node without the prepared file gets it through Ray's object store: `put_chunks` reads
 the file in pieces of `CHUNK_BYTES` and puts each piece (never the whole file as one
 object, never the whole file in the driver's memory at once); on the node, the first
@@ -110,7 +110,7 @@ def _node_lock(path: Path):
 
 
 def dataset_pieces(trials: list, ship: bool) -> dict:
-    """data hash -> the prepared cache file of each recipe of `trials` (`ablate.runner.study.
+    """data hash -> the prepared cache file of each recipe of `trials` (`ablate.runner.study.study.
     Trial`) as object-store pieces (`put_chunks`), for nodes that lack the file; nothing when
     every trial runs on this node (`ship` false). Grid and search studies both send these."""
     if not ship:

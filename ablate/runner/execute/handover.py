@@ -13,7 +13,7 @@ travel through Ray's object store once, in pieces of at most `PACKS_PER_PIECE` p
 it fetched, so a warm worker running packs in order fetches each piece once.
 
 This module imports Ray Tune when it is imported (`PackFeed` is a Tune searcher): the
-driver imports it only after Ray's environment is set (`ablate.runner.ray_env`).
+driver imports it only after Ray's environment is set (`ablate.runner.execute.ray_env`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 if TYPE_CHECKING:
-    from ablate.runner.packing import Pack
+    from ablate.runner.plan.packing import Pack
 
 PACKS_PER_PIECE = 256  # packs per object-store piece of the payload table
 PIECE_BYTES = 4 << 20  # a piece closes early once its payloads reach this many bytes

@@ -1,6 +1,6 @@
 """The driver's Tune hooks: write each reported attempt to the store, stop on a failed write.
 
-`StoreCallback` receives every result a worker reports (`ablate.runner.worker`),
+`StoreCallback` receives every result a worker reports (`ablate.runner.execute.worker`),
 writes each member trial's rows atomically to the store, logs failed attempts to
 failures.jsonl, records trials whose worker or node died, and drives the
 progress display. `StorageStop` ends the study once a result could not be
@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING
 
 from ray import tune
 
-from ablate.runner.kinds import trial_kind
+from ablate.runner.study.kinds import trial_kind
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial as TuneTrial
 
-    from ablate.runner.progress import Progress
-    from ablate.runner.store import Store
-    from ablate.runner.study import Trial
+    from ablate.runner.execute.progress import Progress
+    from ablate.runner.execute.store import Store
+    from ablate.runner.study.study import Trial
 
 
 class StoreCallback(tune.Callback):
     """Driver-side: write each reported attempt to the store, record failures, drive progress.
 
-    A Tune trial runs a pack (`ablate.runner.packing`): every member trial's rows go to its own
+    A Tune trial runs a pack (`ablate.runner.plan.packing`): every member trial's rows go to its own
     file, tagged with the pack's id. A member stored `ok` is never written again: when Tune
     reruns a pack whose worker died (every member trains again, the pack being one model), the
     rerun's rows of the members already stored ok are dropped.
@@ -163,7 +163,7 @@ class StoreCallback(tune.Callback):
                pack_id: str) -> tuple[int | None, str]:
         """Store one attempt's rows: (its attempt number, or None if the write failed; '' or
         the error of rows that do not fit the declared schema, stored as failed rows)."""
-        from ablate.runner.store import now_iso, write_error
+        from ablate.runner.execute.store import now_iso, write_error
         from result_store.schema import SchemaError
 
         if self.storage_error:
@@ -193,7 +193,7 @@ class StoreCallback(tune.Callback):
             self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
                                     "error": error, "node": meta.get("node", "")})
         except OSError as e:
-            from ablate.runner.store import write_error
+            from ablate.runner.execute.store import write_error
 
             self.storage_error = self.storage_error or write_error(e, self.store.dir)
 

@@ -18,7 +18,7 @@ Per trial, the first of:
    cannot be calibrated (out of memory, data that cannot be prepared) has no estimate.
 3. **none**.
 
-The wall time places the packs the runner would make (`ablate.runner.packing`), longest
+The wall time places the packs the runner would make (`ablate.runner.plan.packing`), longest
 first, on the trial slots: this machine's CPUs / `cpus_per_trial` (its GPUs /
 `gpus_per_trial` when trials get GPUs), fewer where the estimated memory per trial does not
 fit this machine's memory. Ray's start-up and the runner's per-trial overhead are not in it.
@@ -109,7 +109,7 @@ def shape_key(columns: dict, device: str) -> tuple:
 
 
 def _trial_columns(trial) -> dict:
-    from ablate.runner.kinds import trial_kind
+    from ablate.runner.study.kinds import trial_kind
 
     return trial_kind(trial.kind).columns(trial.config)
 
@@ -163,7 +163,7 @@ def record_costs(results_root: str | os.PathLike, axes: set[str]) -> dict[tuple,
 
 
 def _run_timed(trial, epochs: int, eval_every: int | None) -> tuple[float, list[dict]]:
-    from ablate.runner.kinds import trial_kind
+    from ablate.runner.study.kinds import trial_kind
 
     cfg = dataclasses.replace(trial.config, epochs=epochs,
                               **({"eval_every": eval_every} if eval_every else {}))
@@ -254,7 +254,7 @@ def slots_here(spec, gpus: float, memory_mb: float | None) -> tuple[int, str]:
     """Trials at once on this machine (`resources.trials_at_once` on `resources_here`): its
     CPUs / cpus_per_trial, its GPUs / gpus_per_trial when trials get GPUs, and Ray's memory
     resource / `memory_mb` each."""
-    from ablate.runner.resources import resources_here, trials_at_once
+    from ablate.runner.plan.resources import resources_here, trials_at_once
 
     request = {"CPU": spec.cpus_per_trial, "GPU": gpus,
                "memory": (memory_mb or 0) * 2**20}
@@ -274,7 +274,7 @@ def estimate(study, results_root: str | os.PathLike, mode: str = "records",
              gpus: float | None = None) -> StudyCost:
     """Per-trial costs (records, then calibration with mode="calibrate") and the wall time of
     the study's packs on this machine's trial slots."""
-    from ablate.runner.packing import make_packs, pack_seeds
+    from ablate.runner.plan.packing import make_packs, pack_seeds
 
     spec = study.spec
     if gpus is None:

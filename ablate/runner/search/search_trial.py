@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 
 from ablate.errors import ConfigError
-from ablate.runner.ray_env import worker_data_env
-from ablate.runner.search_spec import METRIC, PARAMS, SearchSpec, arm_config
+from ablate.runner.execute.ray_env import worker_data_env
+from ablate.runner.study.search_spec import METRIC, PARAMS, SearchSpec, arm_config
 
 SEARCH_SPLITS = ("train", "val")  # the only splits a search trial may read
 
@@ -161,11 +161,11 @@ def search_trainable(config: dict, base: dict, pieces: dict | None = None) -> No
     """Tune function trainable: one configuration, its members trained jointly, objective per
     epoch. `config` holds the searched values (and ``optuna_trial``); `base` the spec, arm and
     the recipe's identity; `pieces` the prepared file for a node that lacks it
-    (`ablate.runner.ship.ensure_dataset`, as grid trials get theirs)."""
+    (`ablate.runner.execute.ship.ensure_dataset`, as grid trials get theirs)."""
     import torch
     from ray import tune
 
-    from ablate.runner.ship import ensure_dataset
+    from ablate.runner.execute.ship import ensure_dataset
     from ablate.trial.setup import prepare_process
 
     worker_data_env(base.get("cache_dir"))

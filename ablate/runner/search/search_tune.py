@@ -21,7 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.runner.search_spec import (
+from ablate.runner.execute.signals import handlers_kept_through_tune
+from ablate.runner.study.search_spec import (
     METRIC,
     MODE,
     PARAMS,
@@ -30,7 +31,6 @@ from ablate.runner.search_spec import (
     build_space,
     members,
 )
-from ablate.runner.signals import handlers_kept_through_tune
 
 
 @dataclass
@@ -148,16 +148,16 @@ def trials_to_run(spec: SearchSpec, study) -> int:
 def run_search(spec: SearchSpec, arm: str, store) -> int:
     """Run this arm's Optuna/Tune search (n_trials more, up to max_trials); the trials written.
 
-    Needs a running Ray (`ablate.runner.ray_env.start_ray`)."""
+    Needs a running Ray (`ablate.runner.execute.ray_env.start_ray`)."""
     import optuna
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.runner.ray_env import tune_storage
-    from ablate.runner.search_trial import search_trainable
-    from ablate.runner.tune_callback import worker_deaths_as_trial_failures
+    from ablate.runner.execute.ray_env import tune_storage
+    from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
+    from ablate.runner.search.search_trial import search_trainable
 
     cfg = arm_config(spec, arm)
     space = build_space(spec.search, cfg)
@@ -194,25 +194,27 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
 
 def search_resources(spec, cfg, base: dict) -> tuple[dict[str, float], dict]:
     """What one search trial asks of Ray and the data it needs on other nodes, as grid studies
-    do (`ablate.runner.driver`): its CPUs and the host memory of its members trained jointly
+    do (`ablate.runner.execute.driver`): its CPUs and the host memory of its members trained jointly
     (the trial kind's `host_memory` for cv_folds x seeds members on the arm's prepared data;
     a need no node holds is refused in one line), and the prepared file as object-store pieces
-    when Ray has more than one node or was joined (`ablate.runner.ship`). `base` gets the
+    when Ray has more than one node or was joined (`ablate.runner.execute.ship`). `base` gets the
     recipe's identity, which the worker needs to place the file."""
     import ray
 
-    from ablate.runner.resources import check_memory, cluster_node_memory, trials_memory
-    from ablate.runner.ship import dataset_pieces
-    from ablate.runner.study import make_trial
+    from ablate.runner.execute.ship import dataset_pieces
+    from ablate.runner.plan.resources import check_memory, cluster_node_memory, trials_memory
+    from ablate.runner.study.study import make_trial
 
     trial = make_trial("graph", cfg)
     members = (spec.cv_folds or 1) * len(cfg.seeds)
     need = trials_memory([trial] * members) if trial.data_hash else None
     embedded = not spec.ray_address
-    warning = check_memory({"search": need}, cluster_node_memory(), embedded=embedded)
-    if warning:
-        print(warning, flush=True)
-    ship = not embedded or len(ray.nodes()) > 1
+    ship = False
+    if ray.is_initialized():  # (a Tuner stood in for by a test runs without Ray)
+        warning = check_memory({"search": need}, cluster_node_memory(), embedded=embedded)
+        if warning:
+            print(warning, flush=True)
+        ship = not embedded or len(ray.nodes()) > 1
     base.update(dataset=trial.dataset, data_params=trial.data_params, data_hash=trial.data_hash)
     resources = {"cpu": spec.cpus_per_trial, "memory": float(need or 0)}
     return resources, dataset_pieces([trial], ship)

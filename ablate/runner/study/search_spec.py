@@ -1,4 +1,4 @@
-"""A search study (``kind: search``): its spec, composed by `ablate.runner.compose`, and its space.
+"""A search study (``kind: search``): its spec, composed by `ablate.runner.study.compose`, and its space.
 
 `load_search_spec` reads ``studies/NAME.yaml`` with `study.study_file` and the
 command line with `study.parse_overrides`, the reader and the Hydra override
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.errors import ConfigError
-from ablate.runner.compose import locate_study, parse_overrides, seed_list, study_file
-from ablate.runner.kinds import NOT_AXES, config_fields
-from ablate.runner.study import make_config, resolve_config
+from ablate.runner.study.compose import locate_study, parse_overrides, seed_list, study_file
+from ablate.runner.study.kinds import NOT_AXES, config_fields
+from ablate.runner.study.study import make_config, resolve_config
 
 METRIC = "val_acc"  # the objective: mean validation accuracy over the members (see `objective`)
 MODE = "max"

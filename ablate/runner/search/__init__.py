@@ -1,0 +1,1 @@
+"""Searches: Optuna through Ray Tune, the search trial, the final evaluation."""
