@@ -342,8 +342,24 @@ def check_forward(authors: Path, mnist: Path, seed: int = 0, graphs: int = 32) -
            "kl_ours": float(o.reg.detach()), "kl_theirs": float(kl_t.detach()),
            "loss_ours": float(loss_o.detach()), "loss_theirs": float(loss_t.detach()),
            "grad_max_rel_diff": rel}
+    out["statistics"] = feature_statistics(mnist)
     print(json.dumps(out, indent=1))
     return out
+
+
+def feature_statistics(mnist: Path, work: Path = Path("/tmp/mnist_train_reference")) -> dict:
+    """Per channel [I, I, I, row, col]: mean and std of the raw training features over the real
+    nodes (how we standardise) and over the graphs zero-padded to 75 nodes (how they do)."""
+    from ablate.data import mnist as m
+
+    x = cached_raw(mnist, work)["train"]
+    mean, std = m.feature_stats(x.x)
+    slots = N_PAD * len(x)
+    pmean = x.x.sum(0, dtype=np.float64) / slots
+    pstd = np.sqrt((x.x.astype(np.float64) ** 2).sum(0) / slots - pmean ** 2)
+    r = lambda v: [round(float(a), 4) for a in v]  # noqa: E731
+    return {"nodes_mean": r(mean), "nodes_std": r(std), "padded_mean": r(pmean),
+            "padded_std": r(pstd), "mean_nodes_per_graph": round(float(x.num_nodes.mean()), 2)}
 
 
 def _value(text: str):

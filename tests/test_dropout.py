@@ -282,3 +282,18 @@ def test_cuda_masks_equal_cpu_masks_and_a_captured_pack_matches_the_cpu():
     for a, b in zip(sorted(gpu.records, key=key), sorted(cpu.records, key=key)):
         assert a["status"] == b["status"] == "ok"
         assert abs(a["loss"] - b["loss"]) <= 1e-2 * max(1.0, abs(b["loss"]))
+
+
+def test_masks_are_independent_across_steps_rows_and_neighbouring_elements():
+    """The masks a (32, 512) readout gets over 200 steps: half kept, and no correlation between
+    consecutive steps, rows or neighbouring elements (a hash that leaked structure would
+    regularise differently from the reference's Bernoulli draws)."""
+    m = torch.stack([keep_mask((32, 512), 0.5, 7, s, 0) for s in range(200)]).float()
+    assert abs(m.mean().item() - 0.5) < 0.005
+
+    def corr(a, b):
+        return torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1].abs().item()
+
+    assert corr(m[:-1], m[1:]) < 0.01  # step to step
+    assert corr(m[:, :-1], m[:, 1:]) < 0.01  # row to row
+    assert corr(m[:, :, :-1], m[:, :, 1:]) < 0.01  # element to element
