@@ -361,6 +361,7 @@ def test_a_data_folder_that_is_not_writable(cache, capsys, server, tmp_path, mon
 # ----------------------------------------------------------------------------- once per cluster
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_cache(
         server, tmp_path, monkeypatch, local_cluster):
     """Head node without CPUs, two trials at once on a second node whose dataset cache is

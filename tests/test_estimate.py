@@ -31,6 +31,7 @@ def study_file(tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_records_of_the_same_shape_give_the_estimate(study_file, tmp_path, ray_env, capsys):
     results = tmp_path / "results"
     assert main([f"study={study_file}", f"results_dir={results}", "progress=none"]) == 0

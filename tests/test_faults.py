@@ -70,6 +70,7 @@ def _check_one_row_set_per_trial(study: Study, results: Path, splits=COLORS_SPLI
     return df
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_nan_and_raising_trials_are_recorded_retried_and_reported(env):
     study = _study("faults", kind="faulty", seeds=(0, 1), seeds_per_trial=2, max_failures=1,
                    fixed={"epochs": 2, "+marker_dir": str(env / "markers")},
@@ -107,6 +108,7 @@ def test_nan_and_raising_trials_are_recorded_retried_and_reported(env):
     _check_one_row_set_per_trial(study, env / "results")
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env, local_cluster):
     cluster = local_cluster(num_cpus=1)
     worker = cluster.add_node(num_cpus=1)
@@ -144,6 +146,7 @@ def test_worker_node_killed_mid_study_every_trial_ends_with_one_row_set(env, loc
     assert "died" in log or "node" in log.lower()
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_fake_gpus_run_four_quarter_gpu_trials_at_once(env, local_cluster):
     cluster = local_cluster(num_cpus=4, num_gpus=1)
     study = _study("gpus", kind="barrier", seeds=range(4), gpus_per_trial=0.25,
@@ -183,6 +186,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_killed_driver_rerun_resumes_without_duplicates_or_torn_files(env):
     """Ctrl-C (exit 130), SIGTERM (exit 143: batch schedulers, `docker stop`), SIGKILL, then a
     rerun that finishes: every stop keeps what finished, nothing runs twice, nothing is torn."""

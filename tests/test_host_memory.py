@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ablate.runner.execute.store import FAILURES, read_trials
 from ablate.runner.execute.tune_callback import MEMORY_KILLED
@@ -29,6 +30,7 @@ def _oom_study(results: Path, calm: Path, tmp: Path) -> subprocess.CompletedProc
                           env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_a_worker_killed_for_memory_is_a_failed_trial_retried_and_resumed(tmp_path):
     results, calm = tmp_path / "results", tmp_path / "calm"
     run = _oom_study(results, calm, tmp_path)

@@ -129,6 +129,7 @@ def test_a_failed_pack_member_is_retried_alone_and_a_raising_pack_whole(env):
             assert set(rows.batched_seeds) == {8}  # trained in the whole pack
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_a_retried_pack_never_rewrites_a_member_stored_ok(env):
     """Two of a pack's four members stored ok, the other two failed; the worker then dies while
     retrying them, and Tune reruns the whole pack: the two stored files keep their bytes."""
@@ -163,6 +164,7 @@ def test_a_retried_pack_never_rewrites_a_member_stored_ok(env):
     assert set(failed_first.status) == {"ok"} and failed_first.attempt.min() >= 2
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_worker_retries_and_tune_restarts_count_against_one_budget(env):
     """max_failures=2 is 3 attempts in all, whoever retries: NaN (the worker retries), the
     worker dies (Tune restarts the pack), NaN again: final at attempt 3, not 3 more attempts

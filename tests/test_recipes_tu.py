@@ -163,6 +163,7 @@ def test_train_jointly_one_member_per_fold_and_seed(tu_dir):
     assert seen == [(1, 4), (2, 4)]
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_tu_search_end_to_end(tmp_path, tu_dir):
     """2 Optuna trials of 2-fold CV on a fabricated PROTEINS, then the final rows on train+val."""
     from ablate.runner.execute.store import read_trials

@@ -111,6 +111,7 @@ def test_worker_cache_path_matches_the_dataset_cache():
     assert path.exists()
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_smoke_study_end_to_end_then_rerun_skips(tmp_path):
     """The README's quick demo (CI end-to-end test): a real embedded Ray, then a resumed no-op."""
     env = {**os.environ, "ABLATE_CACHE": str(tmp_path / "cache")}

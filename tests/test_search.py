@@ -113,6 +113,7 @@ def test_objective_sees_train_and_val_only():
     assert seen == [(1, 3), (2, 3)]
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_run_search_rows_resume_cap_and_final_rows(ray_env):
     """A tiny real search in-process: one store row per member, numbered as Optuna numbers its
     trials; a rerun continues the same Optuna study and max_trials caps it; the final
@@ -184,6 +185,7 @@ def _tune_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("ablate-*search-*"))
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_resume_after_sigkill(tmp_path):
     """Kill the driver once a trial is in SQLite; a rerun continues the same study to max_trials."""
     from ablate.runner.execute.store import read_trials

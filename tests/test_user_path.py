@@ -130,6 +130,7 @@ def test_a_deterministic_error_is_not_retried_and_is_explained(tmp_path, monkeyp
     assert lines[-1].endswith("failures.jsonl")
 
 
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
 def test_a_full_disk_stops_the_study_with_exit_3_and_a_rerun_resumes(tmp_path, monkeypatch):
     study = _study("disk", seeds=(0, 1, 2), max_failures=0)  # 6 trials
     real = Store.write
