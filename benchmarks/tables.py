@@ -265,6 +265,11 @@ def studies() -> str:
     from ablate.runner.study.study import plan_size
 
     walls = _estimate_walls()
+    runs = {}  # study -> the latest complete run of `study_wall.py` (its JSON lines)
+    for f in sorted(RESULTS.glob("*/study_walls.jsonl")):
+        for r in _lines(str(f.relative_to(RESULTS))):
+            if r.get("exit") == 0:
+                runs[r["study"]] = r
     gpu = _load("h100-2026-11-26-rerun/gpu_check.json")
     tu = _tu_seconds()
     out = ["| study | what | trials / seeds | 2 CPU cores, measured | one H100, measured |",
@@ -286,6 +291,10 @@ def studies() -> str:
             size = f"{plan_size(load_spec(name))[0]} / {seeds}"
         cpu = (f"{_minutes(walls[name])} (`bench_estimate.py`, 2026-11-26)" if name in walls
                else "not measured")
+        if name in runs:
+            r = runs[name]
+            cpu = (f"{_minutes(r['wall_s'])} through the runner (`study_wall.py`, "
+                   f"{r['machine']['date'][:10]}, load {r['load_before'][0]:.1f} before)")
         if name == "tu" and tu:
             cpu = "per seed on one core: " + ", ".join(
                 f"{row} {_minutes(sec)}" for row, sec in sorted(tu.items()) if not row.endswith("_gcn"))
@@ -298,7 +307,8 @@ def studies() -> str:
             g = (f"COLORS ChebyGIN sup {c['wall_s']:.1f} s, TRIANGLES ChebyGIN sup {t['wall_s']:.0f} s "
                  "(10 seeds each, trial path); other rows not measured")
         out.append(f"| `{name}` | {desc.replace('|', '/')} | {size} | {cpu} | {g} |")
-    return "\n".join(out) + "\n\nSources: `benchmarks/results/cpu-2026-11-26-estimate/estimate.log`, " \
+    return "\n".join(out) + "\n\nSources: `benchmarks/results/*/study_walls.jsonl`, " \
+        "`cpu-2026-11-26-estimate/estimate.log`, " \
         "`cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl`, `h100-2026-11-26-rerun/gpu_check.json` " \
         "([docs/performance.md](docs/performance.md)); trials / seeds from the study files.\n"
 
