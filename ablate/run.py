@@ -136,13 +136,11 @@ def _study_name(argv: list[str]) -> str:
 def _display(argv: list[str]):
     """The run's `Progress` line, made before planning (its mode: the last ``progress=``;
     a bad mode shows nothing here, the overrides refuse it)."""
-    from ablate.runner.execute.progress import Progress
+    from ablate.runner.execute.progress import Progress, epoch_report_s
     from ablate.runner.study.compose import PROGRESS_MODES, study_name
 
     modes = [a.split("=", 1)[1] for a in argv if a.startswith("progress=")]
     mode = modes[-1] if modes else "auto"
-    from ablate.runner.execute.driver import epoch_report_s
-
     return Progress(study_name(_study_name(argv)), mode=mode if mode in PROGRESS_MODES else "none",
                     epoch_every_s=6 * epoch_report_s())
 

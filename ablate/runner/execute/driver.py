@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ablate.errors import ConfigError
-from ablate.runner.execute.progress import Progress, Summary
+from ablate.runner.execute.progress import Progress, Summary, epoch_report_s
 from ablate.runner.execute.ray_env import (
     RayStarter,
     check_devices,
@@ -347,11 +347,6 @@ def _payload(pack: Pack, spec, cache: str | None) -> dict:
             "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache,
             "epoch_report_s": epoch_report_s()}
 
-
-def epoch_report_s() -> float:
-    """How often a worker reports a running trial's epoch ($ABLATE_PROGRESS_EPOCH_S, 5 s);
-    a log (`progress=lines`) prints such a line at most every 6 times that."""
-    return float(os.environ.get("ABLATE_PROGRESS_EPOCH_S", "5"))
 
 
 def prepare_datasets(trials: list[Trial], progress: bool = True,

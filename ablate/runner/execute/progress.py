@@ -10,12 +10,19 @@ on stdout and the run's exit code.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
+
+
+def epoch_report_s() -> float:
+    """How often a worker reports a running trial's epoch ($ABLATE_PROGRESS_EPOCH_S, 5 s);
+    a log (`progress=lines`) prints such a line at most every 6 times that."""
+    return float(os.environ.get("ABLATE_PROGRESS_EPOCH_S", "5"))
 
 
 @dataclass
