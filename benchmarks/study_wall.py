@@ -43,8 +43,8 @@ def _cpu_model() -> str:
 
 
 def run_study(name: str, work: Path) -> dict:
-    results = work / name
-    cmd = [sys.executable, "-m", "ablate.run", f"study={name}", f"results_dir={results}"]
+    results = work / name  # the study's folder under results_dir=work
+    cmd = [sys.executable, "-m", "ablate.run", f"study={name}", f"results_dir={work}"]
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
