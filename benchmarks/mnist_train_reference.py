@@ -280,7 +280,7 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
-def check_forward(authors: Path, mnist: Path, seed: int = 0, graphs: int = 32) -> dict:
+def check_forward(authors: Path, mnist: Path, work: Path, seed: int = 0, graphs: int = 32) -> dict:
     """Our GraphNet of the sup row against the authors' own `ChebyGIN` (imported from the
     checkout) with our initial weights copied in, on one training batch of our graphs: logits,
     KL term, loss and every gradient (dropout off on both sides, training mode so the KL term
@@ -296,7 +296,7 @@ def check_forward(authors: Path, mnist: Path, seed: int = 0, graphs: int = 32) -
     from ablate.trial.setup import model_sizes, seeded_model
 
     sys.path.insert(0, str(authors))
-    sys.path.insert(0, str(_tu.standin_path(Path("/tmp/mnist_train_reference"))))
+    sys.path.insert(0, str(_tu.standin_path(work)))
     import chebygin  # the authors' module
 
     torch.manual_seed(seed)
@@ -342,12 +342,12 @@ def check_forward(authors: Path, mnist: Path, seed: int = 0, graphs: int = 32) -
            "kl_ours": float(o.reg.detach()), "kl_theirs": float(kl_t.detach()),
            "loss_ours": float(loss_o.detach()), "loss_theirs": float(loss_t.detach()),
            "grad_max_rel_diff": rel}
-    out["statistics"] = feature_statistics(mnist)
+    out["statistics"] = feature_statistics(mnist, work)
     print(json.dumps(out, indent=1))
     return out
 
 
-def feature_statistics(mnist: Path, work: Path = Path("/tmp/mnist_train_reference")) -> dict:
+def feature_statistics(mnist: Path, work: Path) -> dict:
     """Per channel [I, I, I, row, col]: mean and std of the raw training features over the real
     nodes (how we standardise) and over the graphs zero-padded to 75 nodes (how they do)."""
     from ablate.data import mnist as m
@@ -432,7 +432,8 @@ def main() -> None:
                           "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
         return
     if args.check_forward:
-        got = check_forward(args.authors, args.mnist)
+        args.work.mkdir(parents=True, exist_ok=True)
+        got = check_forward(args.authors, args.mnist, args.work)
         got.update(git_sha=_git("rev-parse", "--short", "HEAD"),
                    git_dirty=bool(_git("status", "--porcelain")), command=" ".join(sys.argv))
         (args.out.parent / "check_forward.json").write_text(json.dumps(got, indent=1) + "\n")
