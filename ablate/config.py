@@ -31,9 +31,24 @@ INIT_DISTS = ("default", "normal", "uniform")
 DEVICES = ("auto", "cpu", "cuda")
 STEPS = ("auto", "replay", "eager")  # how a packed training step runs (ablate/trial/packed.py)
 EXECUTION_FIELDS = ("study", "device", "step")  # not part of a trial's identity
-# Axes added after results were stored, with the value that reproduces what ran before:
-# left out of the trial id at that value, so existing results keep their ids.
-ADDED_AXES = {"scorer_relu": False}
+LR_TIMINGS = ("published", "early")  # when a listed LR drop applies (`lr_at`)
+# Changed defaults: every axis (`axes`) or data-recipe parameter (`data`) that was added, or
+# whose default changed, after results were stored, with the value that reproduces what ran
+# before. At that value it is left out of the trial id, so the trials stored before keep their
+# ids; at any other value (a new default included) it is hashed, so whatever trains otherwise
+# is a new trial. `trial_id` is the one place that reads it; `tests/test_trial_ids.py` pins
+# one trial of every study at the ids it had before each change.
+CHANGED_DEFAULTS: dict[str, dict] = {
+    "axes": {
+        "scorer_relu": False,  # the gnn scorer's ReLU, an ablation axis added later
+        "lr_timing": "early",  # issue 41: drops applied from the listed epoch, not the next
+    },
+    "data": {
+        "slic": "v0.19", "noise": "nodes",  # issue 26: MNIST-75SP's SLIC rule and noise
+        "split": "earlier",  # issue 33: the TU split rule before the authors' one
+    },
+}
+ADDED_AXES = CHANGED_DEFAULTS["axes"]  # the name analysis.load mirrors
 # How dropout masks are drawn, hashed into the id of dropout > 0 trials only: trials stored
 # before it drew them from torch's RNG (other numbers), so their ids no longer match
 DROPOUT_RNG = "counter-v1"  # ablate.models.dropout: a hash of (seed, step, layer, element)
@@ -87,6 +102,10 @@ class TrialConfig:
     init_scale: float = _doc(1.0, "scale of the normal / uniform initialisation of p (reference: 1)")
     epochs: int | None = _doc(None, "training epochs")
     lr_decay_epochs: tuple[int, ...] | None = _doc(None, "multiply LR by 0.1 at these epochs")
+    lr_timing: str = _doc("published", """when a drop listed at epoch m applies: published (from epoch
+        m + 1, after m is trained at the higher rate, as in the authors' published runs; SPEC §3)
+        or early (from epoch m: ablate before issue 41, and the authors' code under today's
+        torch)""")
     lr: float = _doc(1e-3, "Adam learning rate, betas (0.5, 0.999)")
     weight_decay: float = _doc(1e-4, "Adam weight decay")
     batch_size: int = _doc(32, "training batch size")
@@ -207,7 +226,7 @@ def validate_choices(cfg: TrialConfig) -> None:
                           ("selection", SELECTIONS),
                           ("normalizer", NORMALIZERS), ("supervision", SUPERVISIONS),
                           ("device", DEVICES), ("step", STEPS),
-                          ("weak_target", WEAK_TARGETS)]:
+                          ("weak_target", WEAK_TARGETS), ("lr_timing", LR_TIMINGS)]:
         value = getattr(cfg, name)
         if value not in choices:
             raise choice_error(name, value, choices)
@@ -318,24 +337,25 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
 
     Device and step change float rounding only, so a trial keeps its id (and its stored
     result) wherever and however it ran; so does the mirror its raw files came from
-    (``data.url``; ``data.path`` stays hashed, as it always was). An axis of `ADDED_AXES`
-    at its earlier behaviour is left out, so adding an axis does not rename the trials
-    stored before it; so is a MNIST-75SP data parameter at its value before issue 26
-    (`ablate.data.EARLIER_MNIST`: that recipe's hash is the one before, so its trials keep
-    their ids). A trial with dropout also hashes `DROPOUT_RNG`, the way its masks are drawn.
+    (``data.url``; ``data.path`` stays hashed, as it always was). An axis or data parameter
+    of `CHANGED_DEFAULTS` at its earlier value is left out, so adding an axis or changing a
+    default does not rename the trials stored before it (their data recipes hash as before:
+    `ablate.data.recipe_key`). A trial with dropout also hashes `DROPOUT_RNG`, the way its
+    masks are drawn.
     """
-    from ablate.data import EARLIER_MNIST  # data recipe parameters the data hash identifies
-
+    earlier_data = CHANGED_DEFAULTS["data"]
     a = axes(cfg)
     for k in EXECUTION_FIELDS:
         a.pop(k)
-    dropped = {k for k, v in cfg.data_params if k == "url" or EARLIER_MNIST.get(k) == v}
+    dropped = {k for k, v in cfg.data_params if k == "url" or earlier_data.get(k) == v}
     if dropped:  # a mirror of checksummed files (new key), data of before: not identity
         a["data_params"] = json.dumps({k: v for k, v in cfg.data_params if k not in dropped},
                                       sort_keys=True, default=str)
-    for k, before in ADDED_AXES.items():
+    for k, before in CHANGED_DEFAULTS["axes"].items():
         if a[k] == before:
             del a[k]
+    if not cfg.lr_decay_epochs:  # no drop: its timing changes nothing that trains
+        a.pop("lr_timing", None)
     if (a.get("dropout") or 0) > 0:
         a["dropout_rng"] = DROPOUT_RNG
     blob = json.dumps({"cfg": a, "data": dataset_hash}, sort_keys=True, default=str)

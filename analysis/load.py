@@ -39,11 +39,11 @@ CURVE_REQUIRED = ("seed", "epoch")
 IDENTITY = ("trial_id", "seed", "split", "status", "error", "attempt")
 # Axes added to the trial config after results were stored (mirrors ablate.config.ADDED_AXES),
 # with the value that reproduces what ran before: rows written earlier read as that value.
-ADDED_AXES = {"scorer_relu": False}
+ADDED_AXES = {"scorer_relu": False, "lr_timing": "early"}
 AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "filters", "readout",
         "dropout", "pool_layers", "scorer", "scorer_input", "scorer_relu", "selection", "threshold", "ratio",
         "normalizer", "supervision", "kl_weight", "init_dist", "init_scale", "epochs",
-        "lr_decay_epochs", "lr", "weight_decay", "batch_size", "seeds", "extra",
+        "lr_decay_epochs", "lr_timing", "lr", "weight_decay", "batch_size", "seeds", "extra",
         # selective-dependence (ablate.trial.sdc) trials
         "task", "average_at", "entropy_lambda", "focus_hidden", "classify_hidden")
 METRICS = ("accuracy", "ft", "acc_by_size", "gt_mass_curve", "cos_p_init", "nnz", "dist", "ent")

@@ -28,7 +28,7 @@ SELECTION_NAMES = {"threshold": "", "topk": " top-k", "gao": " gPool"}
 # axes that may define table rows (besides the variant itself); not speed-only knobs
 ROW_AXES = ("pool_layers", "K", "aggregation", "hidden", "filters", "readout", "dropout", "scorer",
             "scorer_input", "scorer_relu", "threshold", "ratio", "normalizer", "kl_weight", "init_dist",
-            "init_scale", "epochs", "lr_decay_epochs", "lr", "weight_decay", "batch_size",
+            "init_scale", "epochs", "lr_decay_epochs", "lr_timing", "lr", "weight_decay", "batch_size",
             "data_params", "extra", "average_at", "entropy_lambda", "focus_hidden",
             "classify_hidden")
 MAX_ROW_VALUES = 12  # more distinct values than this: a continuous axis, pooled in tables

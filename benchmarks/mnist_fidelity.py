@@ -144,11 +144,13 @@ def dense_batch(gs: GraphSet, idx: np.ndarray):
 
 
 def ref_fit(model: RefMnistNet, gs: GraphSet, seed: int, mean, std, epochs: int = EPOCHS,
-            decay=DECAY, batch: int = BATCH) -> float:
+            decay=DECAY, batch: int = BATCH, timing: str = "published") -> float:
     """The reference's loop; `gs` holds raw features, standardised per batch (padding too, as
-    theirs). Returns the last epoch's mean batch loss."""
+    theirs). Returns the last epoch's mean batch loss. `decay` lists the drops; `timing` says
+    when they apply (`ablate.config.LR_TIMINGS`: published = from the epoch after each)."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-4, betas=(0.5, 0.999))
-    sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(decay), gamma=0.1)
+    shift = 1 if timing == "published" else 0
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, [m + shift for m in decay], gamma=0.1)
     gen = torch.Generator().manual_seed(seed)
     losses: list[float] = []
     with warnings.catch_warnings():  # stepping the scheduler first is the reference's order

@@ -51,9 +51,9 @@ import os
 import pickle
 import platform
 import re
-import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -172,12 +172,24 @@ def write_authors_data(raw: dict, folder: Path, n_train: int | None) -> None:
     (folder / "READY").write_text("ok\n")
 
 
-def authors_cmd(row: str, seed: int, epochs: int, decay: list[int], folder: Path,
-                every_epoch: bool = False) -> list[str]:
-    steps = ",".join(str(e) for e in decay if e < epochs) or str(epochs + 1)
+def authors_steps(decay: list[int], timing: str) -> list[int]:
+    """The `--lr_decay_step` their main.py gets for the listed drops `decay` under today's
+    torch: `published` (the timing of their published runs, SPEC §3: a drop listed at m applies
+    from epoch m + 1, which today's torch gives for m + 1) or `today` (their code as it runs
+    now: from epoch m)."""
+    return [m + 1 for m in decay] if timing == "published" else list(decay)
+
+
+def authors_cmd(row: str, seed: int, epochs: int, steps: list[int], folder: Path,
+                every_epoch: bool = False, results: Path | None = None,
+                resume: Path | None = None) -> list[str]:
+    """Their main.py for `epochs` epochs (the end of a chunk when resuming from `resume`);
+    `steps` are passed as given (a scheduler restored from a checkpoint keeps its own)."""
     return [sys.executable, "main.py", *AUTHORS_FLAGS, *ROWS[row], "--epochs", str(epochs),
-            "--lr_decay_step", steps, "--seed", str(seed), "--device", "cpu",
-            *(["--debug"] if every_epoch else []), "--results", "None", "-d", str(folder)]
+            "--lr_decay_step", ",".join(str(e) for e in steps), "--seed", str(seed),
+            "--device", "cpu", *(["--debug"] if every_epoch else []),
+            "--results", str(results) if results else "None", "-d", str(folder),
+            *(["--resume", str(resume)] if resume else [])]
 
 
 def parse_authors(log: str) -> dict[int, list[float]]:
@@ -188,18 +200,67 @@ def parse_authors(log: str) -> dict[int, list[float]]:
     return {e: v for e, v in out.items() if len(v) == 3}
 
 
-def start_authors(row: str, seed: int, epochs: int, decay: list[int], authors: Path, folder: Path,
-                  work: Path, every_epoch: bool = False) -> tuple[subprocess.Popen, Path, float]:
-    env = {**os.environ, "PYTHONPATH": str(_tu.standin_path(work)), "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    cmd = authors_cmd(row, seed, epochs, decay, folder, every_epoch)
-    log = work / f"authors_{row}_seed{seed}_e{epochs}_{folder.name}.log"
+def start_authors(cmd: list[str], authors: Path, log: Path) -> tuple[subprocess.Popen, Path, float]:
+    env = {**os.environ, "PYTHONPATH": str(_tu.standin_path(log.parent)), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+           # their checkpoints pickle argparse's Namespace: today's torch.load refuses it unless asked
+           "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     timed = ["/usr/bin/time", "-v", *cmd] if Path("/usr/bin/time").exists() else cmd
     f = open(log, "w")
     f.write(" ".join(cmd) + "\n")
     f.flush()
     proc = subprocess.Popen(timed, cwd=authors, env=env, stdout=f, stderr=subprocess.STDOUT)
     return proc, log, time.perf_counter()
+
+
+def run_authors_chunked(row: str, seed: int, epochs: int, steps: list[int], chunk: int,
+                        authors: Path, folder: Path, work: Path, state: Path,
+                        every_epoch: bool = False) -> dict:
+    """Their main.py in chunks of `chunk` epochs, each resumed from the previous chunk's
+    checkpoint (their `--resume`: model, optimiser and scheduler state) and tested at its end.
+    `state` (a folder) holds progress.json and the last checkpoint, so a stopped run resumes at
+    its last finished chunk. Their code reseeds at every start, so the data order and dropout
+    masks after a resume are not those of one uninterrupted run (said in the record)."""
+    state.mkdir(parents=True, exist_ok=True)
+    prog_path = state / "progress.json"
+    prog = json.loads(prog_path.read_text()) if prog_path.exists() else {
+        "done": 0, "curve": {}, "seconds": 0.0, "peak_rss_mb": 0, "chunks": []}
+    results = work / f"checkpoints_{state.name}"
+    results.mkdir(parents=True, exist_ok=True)
+    while prog["done"] < epochs:
+        end = min(prog["done"] + chunk, epochs)
+        resume = state / f"checkpoint_epoch{prog['done']}.pth.tar" if prog["done"] else None
+        cmd = authors_cmd(row, seed, end, steps, folder, every_epoch, results, resume)
+        log = work / f"authors_{state.name}_epochs{prog['done'] + 1}-{end}.log"
+        proc, log, t0 = start_authors(cmd, authors, log)
+        got = finish_authors(proc, log, t0)
+        saved = sorted(results.glob(f"checkpoint_*_epoch{end}_seed{seed:07d}.pth.tar"))
+        if not saved:
+            raise RuntimeError(f"their main.py saved no checkpoint of epoch {end}; see {log}")
+        os.replace(saved[-1], state / f"checkpoint_epoch{end}.pth.tar")
+        if resume is not None:
+            resume.unlink()
+        prog["curve"].update({str(k): v for k, v in got["epochs"].items()})
+        prog["seconds"] = round(prog["seconds"] + got["seconds"], 1)
+        prog["peak_rss_mb"] = max(prog["peak_rss_mb"], got["peak_rss_mb"] or 0)
+        prog["chunks"].append({"epochs": [prog["done"] + 1, end], "seconds": got["seconds"],
+                               "log": log.name, "train": train_lines(log.read_text())})
+        prog["done"] = end
+        tmp = prog_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(prog, indent=1) + "\n")
+        os.replace(tmp, prog_path)
+        print(f"  authors {row} seed {seed}: epochs to {end} done ({got['seconds']:.0f} s): "
+              + json.dumps({k: v for k, v in got["epochs"].items()}), flush=True)
+    return prog
+
+
+def train_lines(log: str) -> dict[str, list[float]]:
+    """epoch -> [average training loss, accuracy %] of their log's last line of each epoch."""
+    out = {}
+    for epoch, loss, acc in re.findall(
+            r"Train set \(epoch (\d+)\): \[\d+/\d+ \(100%\)\].*?\(avg: ([\d.]+)\).*?\(([\d.]+)%\)", log):
+        out[epoch] = [float(loss), float(acc)]
+    return out
 
 
 def finish_authors(proc: subprocess.Popen, log: Path, t0: float) -> dict:
@@ -237,21 +298,28 @@ def restandardise(data: dict, raw_stats: tuple, train) -> dict:
 
 
 def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: list[int],
-             splits: dict, n_train: int | None, sets: dict, stats: str = "nodes") -> dict:
+             splits: dict, n_train: int | None, sets: dict, stats: str = "nodes",
+             timing: str = "published", chunk: int | None = None, state: Path | None = None) -> dict:
+    """Our side of one seed. With `state` (a folder), training runs in chunks of `chunk`
+    epochs and saves the model and `FitState` (optimiser, batch-order generator, dropout step)
+    after each, so a stopped run resumes at its last chunk and continues exactly as the
+    uninterrupted run would."""
     import dataclasses
 
     import torch
 
     from ablate.trial.batches import TrainBatches, eval_batches
     from ablate.trial.evaluate import evaluate
-    from ablate.trial.fit import fit
+    from ablate.trial.fit import fit, fit_state
+    from ablate.trial.provenance import peak_rss_mb, reset_peak_rss
     from ablate.trial.setup import model_sizes, prepare_process, seeded_model
 
     torch.set_num_threads(1)
     prepare_process()  # as every trial: denormals flushed, the allocator tuned
+    reset_peak_rss()  # this seed's own peak, not the largest of the seeds before it
     cfg = recipe(Path(splits["_path"]))
     change = dict(epochs=epochs, lr_decay_epochs=tuple(e for e in decay if e < epochs),
-                  seeds=(seed,), device="cpu", loo_auc=False, **sets)
+                  lr_timing=timing, seeds=(seed,), device="cpu", loo_auc=False, **sets)
     if row == "global":
         change.update(pool_layers=(), supervision="unsup")
     cfg = dataclasses.replace(cfg, **change)
@@ -263,21 +331,42 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
         data = restandardise(data, splits["_raw_stats"], train)
     in_ch, out_ch = model_sizes(cfg, data)
     t0 = time.perf_counter()
-    batches = TrainBatches(train, torch.device("cpu"))
+    batches = TrainBatches(data["train"], torch.device("cpu"))
     model = seeded_model(cfg, seed, in_ch, out_ch, torch.device("cpu"))
-    tests = {s: eval_batches(splits[s], cfg.test_batch_size, "cpu") for s in SPLITS}
-    curve: dict[int, list[float]] = {}
+    fs = fit_state(model, cfg, seed)
+    prog = {"done": 0, "curve": {}, "seconds": 0.0, "peak_rss_mb": 0, "losses": {}}
+    ckpt = state / "checkpoint.pt" if state is not None else None
+    if ckpt is not None and ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(saved["model"])
+        fs.load_state_dict(saved["fit"])
+        prog = saved["progress"]
+        print(f"  ours {row} seed {seed}: resumed after epoch {prog['done']}", flush=True)
+    tests = {s: eval_batches(data[s], cfg.test_batch_size, "cpu") for s in SPLITS}
 
     def on_epoch(epoch: int, loss: float) -> None:
+        prog["losses"][str(epoch)] = round(loss, 5)
         if epoch in checkpoints or epoch == epochs:
-            curve[epoch] = [round(100 * evaluate(model, tests[s], cfg)["accuracy"], 2) for s in SPLITS]
+            accs = [round(100 * evaluate(model, tests[s], cfg)["accuracy"], 2) for s in SPLITS]
+            prog["curve"][str(epoch)] = accs
             print(f"  ours {row} seed {seed} epoch {epoch}: loss {loss:.4f} "
-                  + " / ".join(f"{v:.2f}" for v in curve[epoch])
+                  + " / ".join(f"{v:.2f}" for v in accs)
                   + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    fit(model, cfg, batches, seed, on_epoch)
-    return {"epochs": curve, "seconds": round(time.perf_counter() - t0, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    while fs.epoch < epochs:
+        t1 = time.perf_counter()
+        fit(model, cfg, batches, seed, on_epoch, state=fs,
+            until=fs.epoch + chunk if chunk and ckpt is not None else None)
+        prog["done"] = fs.epoch
+        prog["seconds"] = round(prog["seconds"] + time.perf_counter() - t1, 1)
+        prog["peak_rss_mb"] = max(prog["peak_rss_mb"], round(peak_rss_mb()))
+        if ckpt is not None:
+            state.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "fit": fs.state_dict(), "progress": prog},
+                       ckpt.with_suffix(".tmp"))
+            os.replace(ckpt.with_suffix(".tmp"), ckpt)
+    return {"curve": prog["curve"], "seconds": prog["seconds"], "peak_rss_mb": prog["peak_rss_mb"],
+            "train_loss": prog["losses"], "lr_decay_epochs": list(cfg.lr_decay_epochs)}
 
 
 def check_forward(authors: Path, mnist: Path, work: Path, seed: int = 0, graphs: int = 32) -> dict:
@@ -401,7 +490,14 @@ def main() -> None:
     ap.add_argument("--row", choices=tuple(ROWS), default="sup")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--epochs", type=int, default=30)
-    ap.add_argument("--decay", default="20,25", help="LR x0.1 at these epochs (those < --epochs)")
+    ap.add_argument("--decay", default="20,25", help="the recipe's listed LR drops (x0.1)")
+    ap.add_argument("--timing", choices=("published", "early"), default="published",
+                    help="published: a drop listed at m applies from epoch m + 1 (their published "
+                         "runs; their code gets m + 1); early: from epoch m")
+    ap.add_argument("--chunk", type=int, default=5,
+                    help="epochs per resumable chunk (state saved after each; rerun to resume)")
+    ap.add_argument("--state", type=Path, default=None,
+                    help="folder of per-run progress and checkpoints (default: --out's folder/runs)")
     ap.add_argument("--checkpoints", default="1,2,3,5,10,15,20,25,30")
     ap.add_argument("--n-train", type=int, default=None)
     ap.add_argument("--every-epoch", action="store_true",
@@ -428,14 +524,14 @@ def main() -> None:
         _write(args.out, {"side": "authors", "seed": int(args.seeds), "row": args.row,
                           "epochs_total": args.epochs, "n_train": args.n_train,
                           "machine": _machine(), "git_sha": _git("rev-parse", "--short", "HEAD"),
-                          "git_dirty": bool(_git("status", "--porcelain")),
+                          "git_dirty": tree_state(),
                           "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
         return
     if args.check_forward:
         args.work.mkdir(parents=True, exist_ok=True)
         got = check_forward(args.authors, args.mnist, args.work)
         got.update(git_sha=_git("rev-parse", "--short", "HEAD"),
-                   git_dirty=bool(_git("status", "--porcelain")), command=" ".join(sys.argv))
+                   git_dirty=tree_state(), command=" ".join(sys.argv))
         (args.out.parent / "check_forward.json").write_text(json.dumps(got, indent=1) + "\n")
         return
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -445,25 +541,45 @@ def main() -> None:
     sets = {k: _value(v) for k, v in sets.items()}
     if not args.mnist.is_dir():
         sys.exit(f"error: --mnist {args.mnist} is not a folder")
+    if args.side in ("authors", "both") and (args.authors is None
+                                             or not (args.authors / "main.py").is_file()):
+        sys.exit("error: --authors must name a checkout of bknyaz/graph_attention_pool")
     args.work.mkdir(parents=True, exist_ok=True)
-    folder = args.work / f"data_{args.n_train or 'all'}"
-    procs = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    state_root = args.state or args.out.parent / "runs"
+    common = {"row": args.row, "epochs_total": args.epochs, "n_train": args.n_train,
+              "lr_timing": args.timing, "chunk": args.chunk, "machine": _machine(),
+              "git_sha": _git("rev-parse", "--short", "HEAD"), "git_dirty": tree_state()}
+    key = f"{args.row}_e{args.epochs}_n{args.n_train or 'all'}_{args.timing}_c{args.chunk}"
+    done = _recorded(args.out)
+    threads = []
     if args.side in ("authors", "both"):
-        if args.authors is None or not (args.authors / "main.py").is_file():
-            sys.exit("error: --authors must name a checkout of bknyaz/graph_attention_pool")
+        folder = args.work / f"data_{args.n_train or 'all'}"
         if not (folder / "READY").exists():
             raw = cached_raw(args.mnist, args.work)
             check_same(raw, our_splits(args.mnist))
             write_authors_data(raw, folder, args.n_train)
             del raw
+        steps = authors_steps(decay, args.timing)
+        commit = _git_in(args.authors, "rev-parse", "HEAD")
+
+        def authors_seed(seed: int) -> None:
+            got = run_authors_chunked(args.row, seed, args.epochs, steps, args.chunk, args.authors,
+                                      folder, args.work, state_root / f"authors_{key}_seed{seed}",
+                                      args.every_epoch)
+            _write(args.out, {"side": "authors", "seed": seed, **common, "lr_decay_step": steps,
+                              "authors_commit": commit, "resumed_every": args.chunk,
+                              "data_order": "their code reseeds at each chunk's start: the data "
+                              "order and dropout masks differ from one uninterrupted run",
+                              **got})
+
         for seed in seeds:  # one process per seed, all at once: give it the cores
-            procs.append((seed, start_authors(args.row, seed, args.epochs, decay, args.authors,
-                                              folder, args.work, args.every_epoch)))
-    common = {"row": args.row, "epochs_total": args.epochs, "n_train": args.n_train,
-              "machine": _machine(),
-              "git_sha": _git("rev-parse", "--short", "HEAD"),
-              "git_dirty": bool(_git("status", "--porcelain"))}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+            if ("authors", args.row, seed, key) in done:
+                print(f"authors seed {seed}: recorded already in {args.out}")
+                continue
+            t = threading.Thread(target=authors_seed, args=(seed,))
+            t.start()
+            threads.append(t)
     if args.side in ("ours", "both"):
         splits = our_splits(args.mnist)
         splits["_path"] = str(args.mnist)
@@ -471,16 +587,44 @@ def main() -> None:
             from ablate.data import mnist as m
 
             splits["_raw_stats"] = m.feature_stats(cached_raw(args.mnist, args.work)["train"].x)
+        change = {**sets, **({"stats": "padded"} if args.stats == "padded" else {})}
         for seed in seeds:
+            if ("ours", args.row, seed, key) in done and not change:
+                print(f"ours seed {seed}: recorded already in {args.out}")
+                continue
+            state = state_root / f"ours_{key}_seed{seed}" if not change else None
             got = run_ours(args.row, seed, args.epochs, decay, checkpoints, splits, args.n_train,
-                           sets, args.stats)
-            change = {**sets, **({"stats": "padded"} if args.stats == "padded" else {})}
-            _write(args.out, {"side": "ours", "seed": seed, "set": change, **common,
-                              "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
-    for seed, (proc, log, t0) in procs:
-        got = finish_authors(proc, log, t0)
-        _write(args.out, {"side": "authors", "seed": seed, **common,
-                          "curve": {str(k): v for k, v in got.pop("epochs").items()}, **got})
+                           sets, args.stats, args.timing, args.chunk, state)
+            _write(args.out, {"side": "ours", "seed": seed, "set": change, **common, **got})
+    for t in threads:
+        t.join()
+
+
+def _recorded(out: Path) -> set[tuple]:
+    """(side, row, seed, run key) of the finished records in `out`."""
+    if not out.exists():
+        return set()
+    got = set()
+    for line in out.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if "lr_timing" in r:
+                key = (f"{r['row']}_e{r['epochs_total']}_n{r.get('n_train') or 'all'}_"
+                       f"{r['lr_timing']}_c{r.get('chunk')}")
+                got.add((r["side"], r["row"], r["seed"], key))
+    return got
+
+
+def tree_state() -> str:
+    """'' for a clean checkout, else 'dirty:<hash of the diff>' (ablate's one rule)."""
+    from ablate.trial.provenance import tree_state as state
+
+    return state(str(ROOT))
+
+
+def _git_in(folder: Path, *cmd: str) -> str | None:
+    out = subprocess.run(["git", "-C", str(folder), *cmd], capture_output=True, text=True)
+    return out.stdout.strip() or None
 
 
 def _machine() -> str:

@@ -34,6 +34,7 @@ from torch import nn
 from ablate.config import TrialConfig, resolve
 from ablate.data import GraphSet, load_graphsets
 from ablate.models.network import GraphNet
+from ablate.trial.fit import scheduler_milestones
 
 TEST_SPLITS = ("test_orig", "test_large", "test_largec")
 
@@ -176,7 +177,7 @@ def ref_train(model: RefNet, gs: GraphSet, cfg: TrialConfig, seed: int) -> float
     """The reference's loop for cfg.epochs; returns the last epoch's mean batch loss."""
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                            betas=(0.5, 0.999))
-    sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(cfg.lr_decay_epochs), gamma=0.1)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, scheduler_milestones(cfg), gamma=0.1)
     gen = torch.Generator().manual_seed(seed)
     losses: list[float] = []
     with warnings.catch_warnings():  # stepping the scheduler first is the reference's order

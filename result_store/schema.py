@@ -124,6 +124,8 @@ COLUMNS: tuple[Column, ...] = (
     _c("init_scale", _F, "scale of the initialisation of p", _G),
     _c("epochs", _I, "training epochs"),
     _c("lr_decay_epochs", _S, "epochs where the LR is multiplied by 0.1, comma-separated", _G),
+    _c("lr_timing", _S, "when a listed LR drop applies: published (from the next epoch) or "
+       "early (from the listed one)", _G),
     _c("lr", _F, "Adam learning rate"),
     _c("weight_decay", _F, "Adam weight decay"),
     _c("batch_size", _I, "training batch size"),

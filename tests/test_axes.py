@@ -1,7 +1,7 @@
 """Adding an ablation axis: the `scorer_relu` axis as the worked example (docs/design.md).
 
 A new axis is one config field, one function and one YAML key; trials stored before it
-existed keep their ids (`ablate.config.ADDED_AXES`), and the analysis reads their rows as
+existed keep their ids (`ablate.config.CHANGED_DEFAULTS`), and the analysis reads their rows as
 the earlier behaviour.
 """
 
@@ -21,6 +21,7 @@ from analysis import load
 
 
 def _id(**kw) -> str:
+    kw.setdefault("lr_timing", "early")  # the LR timing of then (`CHANGED_DEFAULTS`, issue 41)
     c = resolve(TrialConfig(**kw))
     return trial_id(c, dataset_recipe_hash(c.dataset, dict(c.data_params)))
 

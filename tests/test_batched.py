@@ -139,11 +139,12 @@ def test_fixed_shape_step_equals_eager(kw):
         cfg.seeds)
 
 
-def test_lr_schedule_decays_at_the_listed_epoch_like_the_reference():
-    """The reference steps MultiStepLR at the start of each epoch: epoch m already decays."""
+def test_early_lr_timing_decays_at_the_listed_epoch_like_todays_scheduler():
+    """lr_timing=early: the authors' loop under today's torch (MultiStepLR stepped at the start
+    of each epoch): epoch m already decays."""
     from ablate.trial.fit import lr_at
 
-    cfg = resolve(tiny(epochs=12, lr_decay_epochs=(4, 9)))
+    cfg = resolve(tiny(epochs=12, lr_decay_epochs=(4, 9), lr_timing="early"))
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(cfg.lr_decay_epochs), gamma=0.1)
     for epoch in range(1, cfg.epochs + 1):

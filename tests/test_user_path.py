@@ -58,7 +58,7 @@ def test_uncreatable_results_dir(capsys, dry):
     ("kl_weight=-1", ["kl_weight must be >= 0"]), ("init_scale=0", ["init_scale must be > 0"]),
     ("dropout=1.0", ["dropout must be in [0, 1)"]), ("eval_every=-2", ["eval_every"]),
     ("lr=nan", ["lr must be > 0"]), ("hidden=-3", ["hidden must be >= 0"]),
-    ("lr_decay_epochs=[0]", ["lr_decay_epochs"]),
+    ("lr_decay_epochs=[0]", ["lr_decay_epochs"]), ("lr_timing=late", ["lr_timing", "published", "early"]),
 ])
 def test_numeric_ranges_are_checked_up_front(capsys, tmp_path, arg, words):
     _one_line_error(capsys, ["study=smoke", arg, f"results_dir={tmp_path}"], *words)

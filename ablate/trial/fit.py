@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -23,12 +24,24 @@ from ablate.trial.setup import shuffler
 
 
 def lr_at(cfg: TrialConfig, epoch: int) -> float:
-    """Learning rate of 1-based `epoch`: x0.1 from each epoch of cfg.lr_decay_epochs on.
+    """Learning rate of 1-based `epoch`: x0.1 for each drop of cfg.lr_decay_epochs in force.
 
-    The reference steps its MultiStepLR at the start of every epoch, so the decay listed
-    at epoch m already applies to epoch m (one epoch earlier than stepping at the end).
+    `lr_timing="published"` (the default): a drop listed at m applies from epoch m + 1, as in
+    the authors' published runs (SPEC §3: their logs jump between m and m + 1; their
+    MultiStepLR, stepped at the start of every epoch, started at epoch 0 under the torch of
+    2019). `"early"`: from epoch m, as their code runs under today's torch and as ablate did
+    before issue 41.
     """
-    return cfg.lr * 0.1 ** sum(1 for m in cfg.lr_decay_epochs if m <= epoch)
+    late = cfg.lr_timing == "published"
+    return cfg.lr * 0.1 ** sum(1 for m in cfg.lr_decay_epochs if (m < epoch if late else m <= epoch))
+
+
+def scheduler_milestones(cfg: TrialConfig) -> list[int]:
+    """The milestones today's `MultiStepLR`, stepped at the start of every epoch as the
+    authors' loop steps it, needs to give `lr_at`'s LR in every epoch (today's scheduler drops
+    at the milestone itself: the published timing needs m + 1)."""
+    shift = 1 if cfg.lr_timing == "published" else 0
+    return [m + shift for m in cfg.lr_decay_epochs]
 
 
 def task_loss(out: torch.Tensor, y: torch.Tensor, regression: bool) -> torch.Tensor:
@@ -55,19 +68,53 @@ def dropout_hyper(seed: int, device: torch.device) -> dict[str, torch.Tensor]:
             "step": torch.zeros((), dtype=torch.int64, device=device)}
 
 
+@dataclass
+class FitState:
+    """Where eager training stands between epochs: the optimiser, the seed's batch-order
+    generator, the dropout key and the last finished epoch. `state_dict` / `load_state_dict`
+    carry it across processes, so training resumed from a saved state continues exactly as
+    the uninterrupted run (same batches, same masks, same numbers on CPU)."""
+
+    opt: torch.optim.Adam
+    gen: torch.Generator
+    hyper: dict | None
+    epoch: int = 0
+
+    def state_dict(self) -> dict:
+        return {"opt": self.opt.state_dict(), "gen": self.gen.get_state(), "epoch": self.epoch,
+                "step": None if self.hyper is None else int(self.hyper["step"])}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.opt.load_state_dict(d["opt"])
+        self.gen.set_state(d["gen"])
+        self.epoch = int(d["epoch"])
+        if self.hyper is not None:
+            self.hyper["step"].fill_(int(d["step"]))
+
+
+def fit_state(model: GraphNet, cfg: TrialConfig, seed: int) -> FitState:
+    """A fresh `FitState`: training at epoch 0."""
+    device = next(model.parameters()).device
+    return FitState(make_optimizer(model, cfg), shuffler(seed),
+                    dropout_hyper(seed, device) if cfg.dropout > 0 else None)
+
+
 def fit(model: GraphNet, cfg: TrialConfig, train: TrainBatches, seed: int,
-        on_epoch=None) -> float:
+        on_epoch=None, state: FitState | None = None, until: int | None = None) -> float:
     """Train `model` for cfg.epochs; `on_epoch(epoch, mean_loss)` after each epoch; seconds.
 
-    With dropout, the masks are keyed by (`seed`, optimisation step), as in a pack.
+    With dropout, the masks are keyed by (`seed`, optimisation step), as in a pack. `state`
+    (from `fit_state`, possibly restored) resumes after its last epoch; `until` stops after
+    that epoch (a chunk of a longer run), leaving `state` where the next chunk starts.
     """
     t0 = time.perf_counter()
-    opt = make_optimizer(model, cfg)
-    gen = shuffler(seed)
+    st = state if state is not None else fit_state(model, cfg, seed)
+    opt, gen, hyper = st.opt, st.gen, st.hyper
     device = next(model.parameters()).device
-    hyper = dropout_hyper(seed, device) if cfg.dropout > 0 else None
-    report_epoch(0, cfg.epochs)
-    for epoch in range(1, cfg.epochs + 1):
+    last = cfg.epochs if until is None else min(until, cfg.epochs)
+    if st.epoch == 0:
+        report_epoch(0, cfg.epochs)
+    for epoch in range(st.epoch + 1, last + 1):
         model.train()
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, epoch)
@@ -86,6 +133,7 @@ def fit(model: GraphNet, cfg: TrialConfig, train: TrainBatches, seed: int,
         mean = float(total) / max(n, 1)
         if not math.isfinite(mean):
             raise NaNLoss(f"non-finite training loss at epoch {epoch}")
+        st.epoch = epoch
         report_epoch(epoch, cfg.epochs)
         if on_epoch is not None:
             on_epoch(epoch, mean)
