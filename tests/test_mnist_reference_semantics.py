@@ -137,3 +137,33 @@ def test_reference_standardiser_and_noise_scale():
     assert raw_noise.std().item() == pytest.approx(0.4 * pad_std, rel=0.02)
     assert torch.equal(noise["test_noisy"][..., 0], noise["test_noisy"][..., 2])
     assert not torch.equal(noise["test_noisyc"][..., 0], noise["test_noisyc"][..., 2])
+
+
+def test_training_resumed_from_a_saved_state_is_the_uninterrupted_run(tmp_path):
+    """`FitState` through a file (as the full-size benchmark saves it per chunk): 2 + 2 epochs
+    end at the weights of 4 uninterrupted ones, dropout and an LR drop inside the run."""
+    from ablate.trial.fit import fit_state
+
+    gs = mnist_like(G=40, seed=3)
+    cfg = resolve(TrialConfig(dataset="digits_sp", backbone="chebygin_ref", supervision="sup",
+                              dropout=0.5, device="cpu", epochs=4, lr_decay_epochs=(2,)))
+    batches = TrainBatches(gs, torch.device("cpu"))
+    torch.manual_seed(0)
+    whole = GraphNet(cfg, 5, 10)
+    torch.manual_seed(0)
+    part = GraphNet(cfg, 5, 10)
+    fit(whole, cfg, batches, 7)
+    st = fit_state(part, cfg, 7)
+    fit(part, cfg, batches, 7, state=st, until=2)
+    assert st.epoch == 2
+    torch.save({"model": part.state_dict(), "fit": st.state_dict()}, tmp_path / "c.pt")
+    torch.manual_seed(1)
+    again = GraphNet(cfg, 5, 10)  # other initial weights: the file must restore everything
+    saved = torch.load(tmp_path / "c.pt", weights_only=False)
+    again.load_state_dict(saved["model"])
+    st2 = fit_state(again, cfg, 7)
+    st2.load_state_dict(saved["fit"])
+    fit(again, cfg, batches, 7, state=st2)
+    assert st2.epoch == 4
+    for a, b in zip(whole.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)

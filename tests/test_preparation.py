@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ablate.run import main
 from ablate.runner.execute import driver
@@ -123,7 +124,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path):
-    """The superpixel pool (two workers; forkserver's, as Ray starts in a thread meanwhile)
+    """The superpixel pool (two loky workers, as Ray starts in a thread meanwhile)
     runs when SIGTERM arrives: exit 143, the resume line, no traceback, and the pool's
     processes end with the driver."""
     cmd = [sys.executable, "-m", "ablate.run", "study=mnist", "dataset=digits_sp",
@@ -134,12 +135,12 @@ def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path
     while time.time() < deadline and proc.poll() is None:
         try:
             pool = [p for p in _descendants(proc.pid)
-                    if b"multiprocessing" in Path(f"/proc/{p}/cmdline").read_bytes()
+                    if b"loky" in Path(f"/proc/{p}/cmdline").read_bytes()
                     or (b"python" in Path(f"/proc/{p}/cmdline").read_bytes()
                         and b"ray" not in Path(f"/proc/{p}/cmdline").read_bytes())]
         except OSError:  # a process ended while it was read
             continue
-        if len(pool) >= 3:  # the forkserver and two workers
+        if len(pool) >= 3:  # loky's resource tracker and two workers
             break
         time.sleep(0.05)
     assert len(pool) >= 2, "the superpixel pool never started"
@@ -153,8 +154,8 @@ def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path
 
 def test_the_superpixel_pool_never_forks_beside_another_thread():
     """The driver prepares data while Ray starts in a thread: the pool then starts its workers
-    by forkserver (a fork could copy a lock that thread holds); alone, it forks (issue 35).
-    The superpixels are the same either way."""
+    with loky (fresh interpreters: a fork could copy a lock that thread holds); alone, it forks
+    (issue 35). The superpixels are the same either way."""
     import threading
 
     from ablate.data import superpixels
@@ -167,7 +168,7 @@ def test_the_superpixel_pool_never_forks_beside_another_thread():
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
     try:
-        assert superpixels.start_method() == "forkserver"
+        assert superpixels.start_method() == "loky"
         rng = np.random.default_rng(0)
         images = rng.random((6, 28, 28)) * (rng.random((6, 28, 28)) > 0.6)
         pooled = superpixels.images_to_superpixels(images, workers=2, chunksize=2)
@@ -178,3 +179,60 @@ def test_the_superpixel_pool_never_forks_beside_another_thread():
     for (a, b), (c, d) in zip(pooled, serial, strict=True):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
+
+
+_NO_GUARD = """import threading, time
+import numpy as np
+import pytest
+from ablate.data import superpixels
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # e.g. tqdm's monitor
+rng = np.random.default_rng(0)
+images = rng.random((12, 28, 28)) * (rng.random((12, 28, 28)) > 0.6)
+out = superpixels.images_to_superpixels(images, workers=2, chunksize=3)
+print(superpixels.start_method(), len(out))
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "stdin", "dash_c"])
+def test_superpixels_from_user_code_without_a_main_guard(tmp_path, how):
+    """Issue 42: a user's script without a main guard, code piped to `python -`, and a
+    notebook-style `python -c`, each with another thread alive, finish (loky never re-imports
+    the caller's `__main__`; the forkserver pool did and respawned its dying workers forever)."""
+    script = tmp_path / "prepare.py"
+    script.write_text(_NO_GUARD)
+    argv = {"script": [str(script)], "stdin": ["-"], "dash_c": ["-c", _NO_GUARD]}[how]
+    run = subprocess.run([sys.executable, *argv], input=_NO_GUARD if how == "stdin" else None,
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env=_env())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["loky", "12"]
+    assert "bootstrapping phase" not in run.stderr and "Traceback" not in run.stderr
+
+
+_DYING = """import os, sys, threading, time
+import numpy as np
+import pytest
+from ablate.data import superpixels
+if sys.argv[1] == "loky":
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+def die(chunk):
+    os._exit(3)
+chunks = [(np.zeros((2, 28, 28)), "v0.15")] * 4
+try:
+    list(superpixels._map_chunks(chunks, 2, fn=die))
+except superpixels.SuperpixelPoolError as e:
+    print("ERROR", e)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "loky"])
+def test_a_dying_superpixel_worker_is_one_clear_error(tmp_path, method):
+    """A worker killed mid-task (out of memory, say) ends the preparation with one line,
+    under either start method, instead of a pool that replaces it and waits forever."""
+    script = tmp_path / "dying.py"
+    script.write_text(_DYING)
+    run = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, env=_env())
+    lines = run.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ERROR a superpixel worker"), run
+    assert f"({method})" in lines[0]

@@ -137,43 +137,66 @@ def images_to_superpixels(
 
 
 def start_method() -> str:
-    """How the superpixel pool starts its workers. fork where the OS has it and this process
-    runs no other thread: a spawned/forkserver worker must import this module and with it the
-    `ablate.data` package, i.e. torch and torch_geometric (~9 s on 2 cores), which costs more
-    than converting all 1797 digits (forking a parent that holds idle torch threads is safe:
-    the workers run only NumPy/SciPy/scikit-image code, never torch or OpenMP). With another
-    Python thread alive in a driver (it starts Ray in one while data are prepared), a fork
-    may copy a lock that thread holds and hang: forkserver then."""
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and (threading.active_count() == 1 or _in_ray_actor()):
-        return "fork"  # (a Ray worker forks as it always has: this is about the driver)
-    return "forkserver" if "forkserver" in methods else "spawn"
+    """How the superpixel pool starts its workers: `fork` where the OS has it and this process
+    runs no other thread (a worker forked from it needs no imports: cheaper than a fresh
+    interpreter importing `ablate.data`, i.e. torch, which costs more than converting all 1797
+    digits); else `loky` (joblib's executor: a fresh interpreter per worker, exec'd, not forked,
+    so no lock another thread holds is copied; it never re-imports the caller's `__main__`, so
+    a script without a main guard, code on stdin and a notebook all work). With another thread
+    alive (a driver starting Ray beside data preparation, tqdm's monitor, a Ray worker's own
+    threads) a fork could copy a held lock and hang: never then. Both executors fail loudly
+    when a worker dies (`SuperpixelPoolError`); none respawns dying workers forever."""
+    if "fork" in mp.get_all_start_methods() and threading.active_count() == 1:
+        return "fork"
+    return "loky"
 
 
-def _in_ray_actor() -> bool:
-    """Whether this process is a Ray worker running an actor (a trial), not a driver."""
-    ray = sys.modules.get("ray")
-    try:
-        return bool(ray is not None and ray.is_initialized()
-                    and ray.get_runtime_context().get_actor_id() is not None)
-    except Exception:  # noqa: BLE001 - a half-imported ray: not a worker
-        return False
+class SuperpixelPoolError(RuntimeError):
+    """A superpixel worker died (killed, out of memory, crashed): one line, no retry loop."""
 
 
-def _map_chunks(chunks: list[tuple[np.ndarray, str]], workers: int) -> Iterator[list]:
-    """Results of `_chunk_superpixels` over chunks, in order, serial or on a process pool."""
+def _executor(method: str, workers: int):
+    if method == "fork":
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"),
+                                   initializer=_pool_worker, initargs=(os.getpid(),))
+    from joblib.externals.loky import get_reusable_executor
+
+    # reused by later calls of this process (the workers' imports are paid once); they exit
+    # after 30 s idle, and with the driver (`_pool_worker`)
+    return get_reusable_executor(workers, timeout=30, initializer=_pool_worker,
+                                 initargs=(os.getpid(), False))
+
+
+def _map_chunks(chunks: list[tuple[np.ndarray, str]], workers: int,
+                fn=None) -> Iterator[list]:
+    """Results of `fn` (`_chunk_superpixels`) over chunks, in order, serial or on a process
+    pool (`start_method`)."""
+    fn = fn or _chunk_superpixels
     if workers <= 1 or len(chunks) <= 1 or mp.current_process().daemon:
-        yield from map(_chunk_superpixels, chunks)
+        yield from map(fn, chunks)
         return
+    from concurrent.futures.process import BrokenProcessPool
+
     method = start_method()
-    ctx = mp.get_context(method)
-    if method == "forkserver":  # the server imports this module once; workers fork from it
-        ctx.set_forkserver_preload([__name__])
-    with _signals_blocked():  # only while the workers are forked
-        pool = ctx.Pool(min(workers, len(chunks)), initializer=_pool_worker,
-                        initargs=(os.getpid() if method == "fork" else None,))
-    with pool:
-        yield from pool.imap(_chunk_superpixels, chunks)
+    ex = _executor(method, min(workers, len(chunks)))
+    try:
+        with _signals_blocked():  # only while the workers start (a fork happens at submit)
+            futures = [ex.submit(fn, chunks[0])]
+        futures += [ex.submit(fn, c) for c in chunks[1:]]
+        for f in futures:
+            yield f.result()
+    except BrokenProcessPool as e:  # loky's TerminatedWorkerError is one
+        raise SuperpixelPoolError(
+            f"a superpixel worker ({method}) died before finishing: {str(e).splitlines()[0]} "
+            "(out of memory? prepare with fewer workers, or serially with workers=1)") from None
+    finally:
+        if method == "fork":
+            ex.shutdown(wait=True, cancel_futures=True)
+        else:  # the reusable executor stays for the next call; drop what was queued
+            for f in futures if "futures" in locals() else ():
+                f.cancel()
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -194,17 +217,22 @@ def _signals_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _pool_worker(parent: int | None) -> None:
+def _pool_worker(parent: int, deathsig: bool = True) -> None:
     """A superpixel worker: Ctrl-C is the driver's to handle, SIGTERM (the pool's shutdown)
     ends it silently, and it dies with the driver. Without this, a forked worker keeps the
-    driver's SIGTERM handler and prints a traceback when the pool ends."""
+    driver's SIGTERM handler and prints a traceback when the pool ends. `deathsig`: the kernel
+    kills it when the thread that started it ends (a forked worker: the driver's main thread);
+    loky starts workers from its own threads too, so its workers rely on loky's own watch (a
+    worker whose driver is gone finds its queue closed and exits)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+    if not deathsig:
+        return
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if parent is not None and os.getppid() != parent:  # the driver died before the line above
-        os._exit(1)  # (a forkserver's worker: its parent is the server, which dies with the driver)
+    if os.getppid() != parent:  # the driver died before the line above
+        os._exit(1)
