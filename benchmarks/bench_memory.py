@@ -316,6 +316,12 @@ def main() -> None:
         return
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_memory_"))
     work.mkdir(parents=True, exist_ok=True)
+    from ablate.trial.provenance import git_sha, tree_state
+
+    prov = {"git_sha": git_sha(), "git_dirty": tree_state(str(Path(__file__).resolve().parent)),
+            "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join(sys.argv)}
+    print(f"# provenance: {json.dumps(prov)}", flush=True)  # tables.py reads it
     try:
         _measure(args, work)
     finally:

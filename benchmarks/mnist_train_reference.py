@@ -113,16 +113,26 @@ def raw_graphs(mnist: Path) -> dict:
     return {"train": raw["train"], "test": raw["test"], "noise": z, "noise_c": zc}
 
 
+def recipe_tag(mnist: Path) -> str:
+    """The data hash of the recipe (`ablate.data.dataset_recipe_hash`): names every prepared
+    file here, so graphs of another recipe (another SLIC rule, code, noise) are never reused."""
+    from ablate.data import dataset_recipe_hash
+
+    cfg = recipe(mnist)
+    return dataset_recipe_hash(cfg.dataset, dict(cfg.data_params))[:12]
+
+
 def cached_raw(mnist: Path, work: Path) -> dict:
-    """`raw_graphs`, kept in `work` (SLIC over 70,000 images takes minutes)."""
+    """`raw_graphs`, kept in `work` under the recipe's hash (SLIC over 70,000 images takes
+    minutes)."""
     from ablate.data.graphs import GraphSet
 
-    path = work / "raw_graphs.npz"
+    path = work / f"raw_graphs_{recipe_tag(mnist)}.npz"
     if not path.exists():
         raw = raw_graphs(mnist)
         arrays = {f"{s}.{k}": v for s in ("train", "test") for k, v in raw[s].arrays().items()}
-        np.savez(work / "raw_graphs.tmp.npz", noise=raw["noise"], noise_c=raw["noise_c"], **arrays)
-        os.replace(work / "raw_graphs.tmp.npz", path)
+        np.savez(path.with_suffix(".tmp.npz"), noise=raw["noise"], noise_c=raw["noise_c"], **arrays)
+        os.replace(path.with_suffix(".tmp.npz"), path)
     with np.load(path) as z:
         out = {s: GraphSet.from_fields({k.split(".", 1)[1]: z[k] for k in z.files
                                         if k.startswith(s + ".")}) for s in ("train", "test")}
@@ -554,10 +564,11 @@ def main() -> None:
     done = _recorded(args.out)
     threads = []
     if args.side in ("authors", "both"):
-        folder = args.work / f"data_{args.n_train or 'all'}"
+        # named by the recipe's data hash: their files are always our graphs of this recipe
+        folder = args.work / f"data_{recipe_tag(args.mnist)}_{args.n_train or 'all'}"
         if not (folder / "READY").exists():
             raw = cached_raw(args.mnist, args.work)
-            check_same(raw, our_splits(args.mnist))
+            check_same(raw, our_splits(args.mnist))  # ours standardised = the raw graphs
             write_authors_data(raw, folder, args.n_train)
             del raw
         steps = authors_steps(decay, args.timing)

@@ -70,9 +70,12 @@ def main() -> None:
         machine["torch"] = torch.__version__
     except ImportError:
         pass
-    dirty = _git("status", "--porcelain")
-    prov = {"git_sha": _git("rev-parse", "HEAD"), "git_dirty": bool(dirty),
-            "diff_sha256": _diff_hash() if dirty else None, "machine": machine}
+    from ablate.trial.provenance import tree_state
+
+    # ablate's one rule: tracked files only ('' clean, else 'dirty:' + the diff's hash), so the
+    # benchmark's own untracked output never marks a run modified
+    prov = {"git_sha": _git("rev-parse", "HEAD"), "git_dirty": tree_state(str(ROOT)),
+            "machine": machine}
     work = Path(tempfile.mkdtemp(prefix="study-wall-"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.studies:
@@ -84,13 +87,6 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "analysis.report", str(work), "--out", str(args.report)],
                        cwd=ROOT, check=True)
     shutil.rmtree(work, ignore_errors=True)
-
-
-def _diff_hash() -> str:
-    import hashlib
-
-    diff = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True).stdout
-    return hashlib.sha256(diff).hexdigest()[:16]
 
 
 if __name__ == "__main__":

@@ -142,9 +142,12 @@ def tu_fidelity() -> str:
     import io
 
     rel = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
-    recs = _lines(rel)
+    recs = [r for r in _lines(rel) if r.get("same_split") is not False]  # other graphs: not a comparison
     if not recs:
         return _missing(rel)
+    timings = [r.get("lr_timing", "early") for r in recs]  # records before issue 41: early
+    timing = max(set(timings), key=timings.count)
+    recs = [r for r, t in zip(recs, timings) if t == timing]
     spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
     tu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tu)
@@ -155,7 +158,8 @@ def tu_fidelity() -> str:
     with contextlib.redirect_stdout(buf):
         tu.markdown(groups)
     return buf.getvalue() + f"\nSource: `benchmarks/results/{rel}` (`python benchmarks/tu_fidelity.py`; " \
-        f"{_commits(recs)}; {recs[0].get('machine', '')}, one torch thread per run).\n"
+        f"{_commits(recs)}; {recs[0].get('machine', '')}, one torch thread per run; LR drops " \
+        f"timed `{timing}` on both sides).\n"
 
 
 def mnist_reference() -> str:
@@ -196,6 +200,7 @@ def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
     if not p.exists():
         return {}, None, None
     text = p.read_text().splitlines()
+    # logs before bench_memory recorded its own provenance: a shell wrapper's first two lines
     sha = text[0] if text and re.fullmatch(r"[0-9a-f]{40}", text[0]) else None
     dirty = (text[1].strip() != "0") if sha and len(text) > 1 else None
     out = {}
@@ -203,6 +208,9 @@ def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
         m = re.match(r"# ([a-z_]+): (\{.*\})$", line)
         if m:
             out[m.group(1)] = json.loads(m.group(2))
+    prov = out.pop("provenance", None)
+    if prov:
+        sha, dirty = prov["git_sha"], prov["git_dirty"]
     return out, sha, dirty
 
 

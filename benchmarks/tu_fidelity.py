@@ -128,7 +128,9 @@ def our_split(name: str, folder: Path, n_nodes: int, seed: int) -> tuple[np.ndar
 def run_authors(row: str, seed: int, authors: Path, folder: Path, scratch: Path, epochs: int,
                 log_dir: Path) -> dict:
     name, n_nodes, cfg, extra = ROWS[row]
-    decay = ",".join(str(e) for e in (25, 35, 45) if e < epochs) or str(epochs + 1)
+    # the published LR timing (ablate's default): their code under today's torch drops at the
+    # listed epoch, so it gets m + 1 (SPEC §3; `ablate.trial.fit.scheduler_milestones`)
+    decay = ",".join(str(e + 1) for e in (25, 35, 45) if e < epochs) or str(epochs + 1)
     cmd = [sys.executable, "main.py", "-D", "TU", "--seed", str(seed), "--seed_data", str(seed),
            "--n_nodes", str(n_nodes), "--epochs", str(epochs), "--lr_decay_step", decay,
            "-f", "64,64,64", "--readout", "max", "--dropout", "0.1", "--device", "cpu",
@@ -258,8 +260,13 @@ def main() -> None:
     log_dir.mkdir(exist_ok=True)
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                          text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
+    from ablate.trial.provenance import tree_state
+
+    dirty = tree_state(str(ROOT))  # ablate's one rule: '' clean, else 'dirty:' + the diff's hash
+    authors_commit = None
+    if args.authors is not None:
+        authors_commit = subprocess.run(["git", "-C", str(args.authors), "rev-parse", "HEAD"],
+                                        capture_output=True, text=True).stdout.strip() or None
     sides = ["authors", "ours"] if args.side == "both" else [args.side]
     done = set()  # (row, side, seed) already in --out: a rerun resumes
     if args.out.is_file():
@@ -273,6 +280,9 @@ def main() -> None:
             if args.authors is not None:
                 theirs_tv, theirs_test = authors_split(args.authors, args.scratch, sizes, n_nodes, seed)
                 same = bool(np.array_equal(theirs_tv, ours_tv) and np.array_equal(theirs_test, ours_test))
+                if not same:  # a side-by-side on other graphs compares nothing
+                    sys.exit(f"error: {name} seed {seed}: our split differs from the authors' "
+                             "(ablate.data.tu.split_ids against their DataReader): not run")
             for side in sides:
                 if (row, side, seed) in done and args.epochs == 50:
                     continue
@@ -280,6 +290,8 @@ def main() -> None:
                        if side == "authors" else run_ours(row, seed, folder, args.epochs))
                 rec = {"row": row, "side": side, "seed": seed, "n_train": len(ours_tv),
                        "same_split": same, **res, "git_sha": sha, "git_dirty": dirty,
+                       "authors_commit": authors_commit if side == "authors" else None,
+                       "lr_timing": "published",
                        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                        "command": " ".join(sys.argv)}
                 with open(args.out, "a") as f:
