@@ -158,17 +158,17 @@ def test_the_superpixel_pool_never_forks_beside_another_thread():
     (issue 35). The superpixels are the same either way."""
     import threading
 
-    from ablate.data import superpixels
+    from ablate.data import pool, superpixels
 
-    alone = subprocess.run([sys.executable, "-c", "from ablate.data import superpixels; "
-                            "print(superpixels.start_method())"], capture_output=True, text=True,
+    alone = subprocess.run([sys.executable, "-c", "from ablate.data import pool; "
+                            "print(pool.start_method())"], capture_output=True, text=True,
                            cwd=ROOT, check=True).stdout.strip()
     assert alone == "fork"  # a fresh process: no other thread (this one may have some)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
     try:
-        assert superpixels.start_method() == "loky"
+        assert pool.start_method() == "loky"
         rng = np.random.default_rng(0)
         images = rng.random((6, 28, 28)) * (rng.random((6, 28, 28)) > 0.6)
         pooled = superpixels.images_to_superpixels(images, workers=2, chunksize=2)
@@ -184,12 +184,12 @@ def test_the_superpixel_pool_never_forks_beside_another_thread():
 _NO_GUARD = """import threading, time
 import numpy as np
 import pytest
-from ablate.data import superpixels
+from ablate.data import pool, superpixels
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # e.g. tqdm's monitor
 rng = np.random.default_rng(0)
 images = rng.random((12, 28, 28)) * (rng.random((12, 28, 28)) > 0.6)
 out = superpixels.images_to_superpixels(images, workers=2, chunksize=3)
-print(superpixels.start_method(), len(out))
+print(pool.start_method(), len(out))
 """
 
 
@@ -212,15 +212,15 @@ def test_superpixels_from_user_code_without_a_main_guard(tmp_path, how):
 _DYING = """import os, sys, threading, time
 import numpy as np
 import pytest
-from ablate.data import superpixels
+from ablate.data import pool
 if sys.argv[1] == "loky":
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 def die(chunk):
     os._exit(3)
 chunks = [(np.zeros((2, 28, 28)), "v0.15")] * 4
 try:
-    list(superpixels._map_chunks(chunks, 2, fn=die))
-except superpixels.SuperpixelPoolError as e:
+    list(pool.map_chunks(die, chunks, 2))
+except pool.SuperpixelPoolError as e:
     print("ERROR", e)
 """
 

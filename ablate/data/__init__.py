@@ -145,9 +145,10 @@ def slic_versions() -> dict[str, str]:
 SAME_DATA: dict[str, str] = {
     "7c426bbd7cbc": "76c53eee43db",  # colors
     "a1c72c4ff181": "c447f7061c65",  # triangles
-    # mnist_sp and digits_sp: SLIC's kernels through ablate.compat and the superpixel pool's
-    # start method (issue 35) changed the sources, not the data: issue 26's digest
-    "ae2b5091e00d": "8b68ba1e3dc4",
+    # mnist_sp and digits_sp: SLIC's kernels through ablate.compat, the superpixel pool's
+    # start method (issue 35) and the pool moved out to ablate.data.pool (issue 42) changed
+    # the sources, not the data: issue 26's digest
+    "8fa9b3e396cc": "8b68ba1e3dc4",
 }
 
 # Issue 26 made MNIST-75SP and digits as the authors made them (SLIC as scikit-image 0.15,
@@ -157,7 +158,7 @@ SAME_DATA: dict[str, str] = {
 # of its key and maps the new source digest to the one before (docs/recipes.md).
 EARLIER_MNIST: dict[str, str] = {"slic": "v0.19", "noise": "nodes"}
 SAME_DATA_EARLIER: dict[str, str] = {
-    "ae2b5091e00d": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issue 35's edits)
+    "8fa9b3e396cc": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issues 35, 42)
     "8f1052e31de1": "a92a47d7eba2",  # proteins, dd, collab with split=earlier (one source)
 }
 
