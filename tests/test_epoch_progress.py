@@ -4,6 +4,7 @@ the ETA uses them (issue 36 item 4)."""
 from __future__ import annotations
 
 import io
+import time
 
 from ablate.runner.execute.progress import Progress
 from ablate.runner.execute.worker import EpochReporter
@@ -87,3 +88,46 @@ def test_a_30_epoch_digits_trial_shows_its_epochs_live(tmp_path, capsys, monkeyp
     seen = [int(line.split(" epoch ")[1].split("/")[0]) for line in err.splitlines()
             if "digits_sp chebygin_ref sup s0 epoch" in line and "/30 (" in line]
     assert len(seen) >= 10 and seen == sorted(seen) and seen[-1] == 30, err
+
+
+def test_trials_change_only_under_the_lines_lock():
+    """Issue 42 item 2: `text` (the ticker's redraw) reads `running` and `epochs` under the
+    lock; start / finish / retry must change them under it too, or a redraw can see a pack
+    vanish between two reads."""
+    import threading
+
+    p = Progress("mnist", todo=3, mode="lines", stream=io.StringIO())
+    p.trials(3, 0)
+    p.start("a")
+    p.epoch(["a"], "gin sup s0", 1, 30, 2.0)
+    for change, check in [(lambda: p.finish("a", "ok"), lambda: "a" in p.running and p.epochs),
+                          (lambda: p.start("b"), lambda: "b" not in p.running),
+                          (lambda: p.retry("b"), lambda: "b" in p.running)]:
+        with p._lock:  # a redraw in progress
+            t = threading.Thread(target=change)
+            t.start()
+            time.sleep(0.05)
+            assert check(), "changed while a redraw held the lock"
+        t.join()
+    assert p.done == 1 and p.retries == 1 and not p.running and not p.epochs
+
+
+def test_a_failing_redraw_does_not_end_the_live_line():
+    out = io.StringIO()
+    p = Progress("mnist", todo=2, mode="bar", stream=out, tick_s=0.01)
+    p.trials(2, 0)
+    calls = []
+    real = p.text
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("max() arg is an empty sequence")
+        return real()
+
+    p.text = flaky
+    with p.ticking():
+        deadline = time.time() + 5
+        while len(calls) < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        assert len(calls) >= 3 and p._ticker.is_alive()

@@ -195,7 +195,10 @@ class Progress:
 
     def _tick(self) -> None:
         while not self._stop.wait(self.tick_s):
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - a redraw must never end the live line
+                pass
 
     def _end_bar(self, clear: bool = False) -> None:
         self.stream.write("\r\033[K" if clear else "\n")
@@ -204,7 +207,8 @@ class Progress:
 
     # ------------------------------------------------------------------ trials
     def start(self, tid: str) -> None:
-        self.running.add(tid)
+        with self._lock:  # the ticker's `text` reads these: change them only under the lock
+            self.running.add(tid)
         self.refresh()
 
     def epoch(self, tids: list[str], label: str, epoch: int, epochs: int,
@@ -219,25 +223,28 @@ class Progress:
             del self.epochs[key]
 
     def finish(self, tid: str, status: str) -> None:
-        self.running.discard(tid)
-        self._drop_epochs(tid)
-        self._first_done = self._first_done or time.time()
-        if status == "ok":
-            self.done += 1
-        else:
-            self.failed += 1
+        with self._lock:
+            self.running.discard(tid)
+            self._drop_epochs(tid)
+            self._first_done = self._first_done or time.time()
+            if status == "ok":
+                self.done += 1
+            else:
+                self.failed += 1
         self.refresh(force=self.mode == "bar")
 
     def unstored(self, tid: str) -> None:
         """The trial's result could not be written: it is no longer running, and stays to do
         (counted in the summary's 'not run', not as a retry)."""
-        self.running.discard(tid)
+        with self._lock:
+            self.running.discard(tid)
         self.refresh(force=self.mode == "bar")
 
     def retry(self, tid: str) -> None:
-        self.running.discard(tid)
-        self._drop_epochs(tid)
-        self.retries += 1
+        with self._lock:
+            self.running.discard(tid)
+            self._drop_epochs(tid)
+            self.retries += 1
         self.refresh(force=self.mode == "bar")
 
     def text(self) -> str:
@@ -248,25 +255,27 @@ class Progress:
             return f"[{self.study}] {self.step_name}{count} | {_fmt(el)} elapsed"
         finished = self.done + self.failed
         left = self.todo - finished
+        packs = list(self.epochs.values())  # one snapshot: every figure below reads the same
         if finished >= 2:
             eta = _fmt((time.time() - self._first_done) / (finished - 1) * left)
-        elif self.epochs:
-            eta = _fmt(self._epoch_eta(left))
+        elif packs:
+            eta = _fmt(self._epoch_eta(left, packs))
         else:
             eta = _fmt(el * left) if finished else "--"
         retry = f", {self.retries} retried" if self.retries else ""
         training = "; ".join(f"{label} epoch {e}/{n} ({spe:.3g} s/epoch)"
-                             for _, label, e, n, spe in list(self.epochs.values())[:2])
-        more = f"; +{len(self.epochs) - 2} more" if len(self.epochs) > 2 else ""
+                             for _, label, e, n, spe in packs[:2])
+        more = f"; +{len(packs) - 2} more" if len(packs) > 2 else ""
         training = f": {training}{more}" if training else ""
         return (f"[{self.study}] {finished}/{self.todo} finished: {self.done} ok, {self.failed} "
                 f"failed{retry}, {len(self.running)} running{training}, {self.skipped} skipped | "
                 f"{_fmt(el)} elapsed, ETA {eta}")
 
-    def _epoch_eta(self, left: int) -> float:
+    def _epoch_eta(self, left: int, packs: list[tuple]) -> float:
         """Before two trials finish: the running packs' remaining epochs at their own pace, then
         the trials not yet started, each as long as a running one, as many at once as run now."""
-        packs = list(self.epochs.values())
+        if not packs:
+            return 0.0
         remaining = max((n - e) * spe for _, _, e, n, spe in packs)
         per_trial = sum(n * spe for _, _, _, n, spe in packs) / len(packs)
         waiting = max(0, left - len(self.running))
