@@ -42,3 +42,26 @@ def test_a_damaged_shipment_leaves_nothing(tmp_path, no_ray):
     with pytest.raises(OSError, match="arrived damaged"):
         ship.receive(path, bad)
     assert not path.exists()
+
+
+def test_a_file_of_the_same_size_with_other_bytes_is_not_the_shipped_one(tmp_path):
+    """Issue 42 item 11: a node's file is trusted by its SHA-256 (remembered by size and
+    mtime), not by its size alone."""
+    import hashlib
+    import os
+
+    from ablate.runner.execute import ship
+
+    good = b"prepared graphs" * 1000
+    path = tmp_path / "mnist_sp-abc.npz"
+    path.write_bytes(good)
+    shipped = {"name": path.name, "bytes": len(good), "sha256": hashlib.sha256(good).hexdigest()}
+    assert ship._same_file(path, shipped)
+    memo = tmp_path / f".{path.name}.sha256"
+    assert memo.exists() and shipped["sha256"] in memo.read_text()
+    damaged = bytearray(good)
+    damaged[100] ^= 1
+    path.write_bytes(bytes(damaged))  # same size, a new mtime
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    assert not ship._same_file(path, shipped)
+    assert ship.file_sha256(path) == hashlib.sha256(bytes(damaged)).hexdigest()

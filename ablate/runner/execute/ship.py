@@ -47,9 +47,30 @@ def put_chunks(path: Path, chunk_bytes: int | None = None) -> dict[str, Any]:
             "chunks": refs}
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file at `path`, remembered beside it (`.NAME.sha256`: size, mtime
+    and digest) so that a file unchanged since is not read again; `OSError` if it is absent."""
+    st = path.stat()
+    memo = path.parent / f".{path.name}.sha256"
+    stamp = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        saved = json.loads(memo.read_text())
+        if {k: saved[k] for k in stamp} == stamp:
+            return saved["sha256"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(CHUNK_BYTES):
+            digest.update(piece)
+    with contextlib.suppress(OSError):  # a read-only cache: computed again next time
+        atomic_write(memo, lambda f: f.write(json.dumps({**stamp, "sha256": digest.hexdigest()}).encode()))
+    return digest.hexdigest()
+
+
 def _same_file(path: Path, shipped: dict[str, Any]) -> bool:
+    """The file at `path` is the driver's: same size and same SHA-256 (a file of the same size
+    with other bytes, e.g. torn or of another build, is not)."""
     try:
-        return path.stat().st_size == shipped["bytes"]
+        return path.stat().st_size == shipped["bytes"] and file_sha256(path) == shipped["sha256"]
     except OSError:
         return False
 
@@ -59,8 +80,8 @@ def receive(path: Path, shipped: dict[str, Any]) -> bool:
 
     One worker per node fetches (a lock file beside `path`); the others wait for it and then
     find the file. A file already at `path` is kept only when its size is the driver's (same
-    recipe hash in the name, same size): a file of another cache format or a torn one is
-    replaced, under the lock. The pieces are fetched one at a time; a file whose SHA-256
+    recipe hash in the name, same size and SHA-256): a file of another cache format, a torn or
+    a damaged one is replaced, under the lock. The pieces are fetched one at a time; a file whose SHA-256
     differs from the driver's is refused (`OSError`) and nothing is left at `path`."""
     import ray
 
