@@ -5,7 +5,10 @@
 torch is left out on purpose: install.sh installs it first, the build that fits the machine
 (CPU or CUDA; a CPU machine never downloads a CUDA build), and nothing else here depends on
 it. Everything else comes from pyproject.toml's ranges (dependencies and the test extra),
-resolved by `uv pip compile --generate-hashes` for Python 3.11 on every platform.
+resolved by `uv pip compile --generate-hashes` for Python 3.11 and later on every platform.
+The packages whose version shapes data (`ablate.data.SLIC_PINNED`: SLIC's kernels are part of
+the MNIST-75SP recipe) are constrained to the pinned minor for every Python, so one lock gives
+the same recipe hashes and trial ids on 3.11 and 3.12+ (`tests/test_dependencies.py`).
 `bash install.sh` installs exactly these versions (`pip --require-hashes`);
 `bash install.sh --latest` takes the newest versions the ranges allow instead.
 """
@@ -30,14 +33,24 @@ def inputs() -> list[str]:
     return [d for d in deps if not re.match(r"torch\s*([<>=!~;]|$)", d)]
 
 
+def slic_pinned() -> dict[str, str]:
+    """`ablate.data.SLIC_PINNED`, read from its source (no import: refresh runs before install)."""
+    text = (ROOT / "ablate" / "data" / "__init__.py").read_text()
+    block = re.search(r"^SLIC_PINNED = (\{.*?\})", text, re.M).group(1)
+    return dict(re.findall(r'"([^"]+)": "([^"]+)"', block))
+
+
 def main() -> int:
     (HERE / "requirements.in").write_text(
         "# written by lock/refresh.py from pyproject.toml (torch left out: install.sh installs it)\n"
         + "\n".join(inputs()) + "\n")
     uv = shutil.which("uv") or sys.exit("lock/refresh.py needs uv: pip install uv")
+    (HERE / "constraints.txt").write_text(
+        "# written by lock/refresh.py: one minor of each package that shapes data, every Python\n"
+        + "".join(f"{name}=={minor}.*\n" for name, minor in slic_pinned().items()))
     cmd = [uv, "pip", "compile", str(HERE / "requirements.in"), "--generate-hashes",
            "--universal", "--python-version", "3.11", "--no-header", "--quiet",
-           "-o", str(HERE / "requirements.lock")]
+           "-c", str(HERE / "constraints.txt"), "-o", str(HERE / "requirements.lock")]
     return subprocess.run(cmd, cwd=ROOT).returncode
 
 

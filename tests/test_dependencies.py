@@ -181,3 +181,41 @@ def test_the_lock_file_is_refreshed_from_pyproject():
         assert name in pins, name
     blocks = re.split(r"\n(?=[A-Za-z0-9_.\[\]-]+==)", text.strip())
     assert all("--hash=sha256:" in b for b in blocks if "==" in b.split("\n")[0])
+
+
+def _lock_pins() -> list[tuple[str, str, str]]:
+    """(name, version, environment marker) of every pin of lock/requirements.lock."""
+    text = (ROOT / "lock" / "requirements.lock").read_text()
+    return [(m.group(1).lower(), m.group(2), (m.group(3) or "").strip()) for m in re.finditer(
+        r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^\s;\\]+)\s*(?:;([^\\\n]*))?", text, flags=re.M)]
+
+
+def test_every_pin_of_the_lock_lies_in_its_pyproject_range():
+    """Issue 42 item 4: the lock cannot drift outside what pyproject.toml declares."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ranges = {}
+    for dep in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
+        req = Requirement(dep)
+        ranges[canonicalize_name(req.name)] = req.specifier
+    pins = _lock_pins()
+    assert len(pins) > 50
+    declared = [(n, v) for n, v, _ in pins if canonicalize_name(n) in ranges]
+    assert len({n for n, _ in declared}) >= len(ranges) - 1  # all but torch (install.sh's)
+    for name, version in declared:
+        assert ranges[canonicalize_name(name)].contains(version, prereleases=True), (name, version)
+
+
+def test_the_packages_that_shape_data_have_one_version_for_every_python():
+    """SLIC's kernels (scikit-image, NumPy) are part of the MNIST-75SP recipe: one lock must
+    give one minor of each on every Python the project supports, the pinned one, or the same
+    install.sh gives other MNIST trial ids on 3.11 and 3.12."""
+    from ablate.data import SLIC_PINNED
+
+    pins = _lock_pins()
+    for name, minor in SLIC_PINNED.items():
+        got = [(v, marker) for n, v, marker in pins if n == name]
+        assert len(got) == 1 and not got[0][1], (name, got)
+        assert got[0][0].split(".")[:2] == minor.split("."), (name, got, minor)
