@@ -231,6 +231,7 @@ def run_authors_chunked(row: str, seed: int, epochs: int, steps: list[int], chun
     `state` (a folder) holds progress.json and the last checkpoint, so a stopped run resumes at
     its last finished chunk. Their code reseeds at every start, so the data order and dropout
     masks after a resume are not those of one uninterrupted run (said in the record)."""
+    state, work = state.resolve(), work.resolve()  # their main.py runs in their checkout
     state.mkdir(parents=True, exist_ok=True)
     prog_path = state / "progress.json"
     prog = json.loads(prog_path.read_text()) if prog_path.exists() else {

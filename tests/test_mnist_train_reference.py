@@ -52,8 +52,9 @@ def fake_authors(tmp_path) -> Path:
 
 def _run(fake_authors, tmp_path, epochs=6, chunk=2):
     steps = bench.authors_steps([3, 5], "published")
+    # state and work given relative to here, as a user's --out is: their main.py runs elsewhere
     return bench.run_authors_chunked("sup", 0, epochs, steps, chunk, fake_authors,
-                                     tmp_path / "data", tmp_path / "work", tmp_path / "state")
+                                     tmp_path / "data", Path("work"), Path("state"))
 
 
 def test_published_timing_gives_their_code_the_next_epoch():
@@ -65,6 +66,7 @@ def test_published_timing_gives_their_code_the_next_epoch():
 
 
 def test_chunks_resume_from_the_last_checkpoint(fake_authors, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "work").mkdir()
     monkeypatch.setenv("FAKE_FAIL_AT", "4")  # the second chunk dies: the run stops there
     with pytest.raises(RuntimeError, match="failed"):
