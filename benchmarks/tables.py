@@ -188,9 +188,136 @@ def mnist_reference() -> str:
         secs = statistics.median(r["seconds"] for r in rs if r.get("seconds"))
         out.append(f"| {side} | {row} | {n_train:,} | {total} | {change or '-'} | "
                    f"{','.join(str(r['seed']) for r in rs)} | " + " | ".join(cells) + f" | {secs:.0f} |")
+    for (row, n_train, total, change, side), rs in sorted(groups.items()):
+        theirs = groups.get((row, n_train, total, change, "authors"))
+        if side != "ours" or not theirs:
+            continue
+        o = [r["curve"][str(total)] for r in rs if str(total) in r["curve"]]
+        a = [r["curve"][str(total)] for r in theirs if str(total) in r["curve"]]
+        out.append(f"| ours - authors | {row} | {n_train:,} | {total} | {change or '-'} | "
+                   "difference [95% Welch interval], Welch p; Mann-Whitney p ours < / > theirs | "
+                   + " | ".join(_compare([x[k] for x in o], [x[k] for x in a]) for k in range(3)) + " | |")
     return "\n".join(out) + f"\n\nSource: `benchmarks/results/{rel}` " \
         f"(`python benchmarks/mnist_train_reference.py`; {_commits(recs)}; " \
         f"{recs[0].get('machine', '')}; mean ± sample std over the seeds, each seed in brackets).\n"
+
+
+# The published TU figures the generated comparison stands beside (quotes, not measurements):
+# row -> (label, the paper's weakly supervised figure, the authors' notebook of June 2019)
+TU_PUBLISHED = {
+    "proteins_global": ("PROTEINS, global pool", "-", "72.69 ± 1.53"),
+    "proteins_weak": ("PROTEINS, weak", "77.09", "76.14 ± 0.93"),
+    "dd200_global": ("D&D-200, global pool", "-", "31.45 ± 3.98"),
+    "dd200_weak": ("D&D-200, weak", "78.36 (split not stated)", "41.17 ± 17.07"),
+    "dd300_global": ("D&D-300, global pool", "-", "73.60 ± 2.06"),
+    "dd300_weak": ("D&D-300, weak", "78.36 (split not stated)", "78.10 ± 0.52 (hidden 32)"),
+}
+
+
+def tu_published() -> str:
+    """The TU side-by-side's means beside the paper's and the authors' notebook's figures."""
+    rel = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
+    recs = [r for r in _lines(rel) if r.get("same_split") is not False]
+    if not recs:
+        return _missing(rel)
+    timings = [r.get("lr_timing", "early") for r in recs]
+    timing = max(set(timings), key=timings.count)
+    recs = [r for r, t in zip(recs, timings) if t == timing]
+
+    def cell(row: str, side: str) -> str:
+        v = [r["test_acc"] for r in recs if r["row"] == row and r["side"] == side]
+        if not v:
+            return "not run"
+        sd = statistics.pstdev(v)  # ddof 0, as the side-by-side table above
+        return f"{statistics.mean(v):.2f} ± {sd:.2f}" if len(v) > 1 else f"{v[0]:.2f} (1 seed)"
+
+    out = ["| row | paper (weakly sup.) | authors' notebook (June 2019, before tuning) | ours, above "
+           "| the authors' code, above |", "|---|---|---|---|---|"]
+    for row, (label, paper, notebook) in TU_PUBLISHED.items():
+        out.append(f"| {label} | {paper} | {notebook} | {cell(row, 'ours')} | {cell(row, 'authors')} |")
+    return "\n".join(out) + f"\n\nSource: the two right columns from `benchmarks/results/{rel}` " \
+        f"(as the table above); the paper's and the notebook's figures as published.\n"
+
+
+SPLIT_NAMES = ("TEST", "NOISY", "NOISY-C")
+
+
+def _compare(ours: list[float], theirs: list[float]) -> str:
+    """ours - theirs: the mean difference, its 95% Welch interval, Welch's two-sided p and
+    Mann-Whitney's one-sided p both ways (ours < theirs, ours > theirs)."""
+    from scipy import stats
+
+    d = statistics.mean(ours) - statistics.mean(theirs)
+    if len(ours) < 2 or len(theirs) < 2:
+        return f"{d:+.2f} (too few seeds for an interval)"
+    t = stats.ttest_ind(ours, theirs, equal_var=False)
+    lo, hi = t.confidence_interval(0.95)
+    less = stats.mannwhitneyu(ours, theirs, alternative="less").pvalue
+    more = stats.mannwhitneyu(ours, theirs, alternative="greater").pvalue
+    return f"{d:+.2f} [{lo:+.1f}, {hi:+.1f}], p {t.pvalue:.2f}; MW {less:.2f} / {more:.2f}"
+
+
+def _cells(values: list[list[float]]) -> list[str]:
+    out = []
+    for k in range(3):
+        v = [x[k] for x in values]
+        sd = f" ± {statistics.stdev(v):.2f}" if len(v) > 1 else ""
+        out.append(f"{statistics.mean(v):.2f}{sd}" + (f" ({' / '.join(f'{x:.2f}' for x in v)})"
+                                                     if len(v) > 1 else ""))
+    return out
+
+
+def mnist_fullsize() -> str:
+    """MNIST-75SP at full size (60,000 training graphs, 30 epochs): the authors' code and ours
+    on the same graphs with the published LR timing, per seed, and their difference."""
+    rel_dir = "cpu-2026-11-27-mnist-fullsize"
+    rel = f"{rel_dir}/records.jsonl"
+    recs = [r for r in _lines(rel) if not r.get("n_train") and r.get("lr_timing") == "published"
+            and not r.get("set")]
+    runs = sorted((RESULTS / rel_dir / "runs").glob("*/progress.json"))
+    out = []
+    for row in ("sup", "global"):
+        sides = {side: sorted((r for r in recs if r["row"] == row and r["side"] == side
+                               and "30" in r["curve"]), key=lambda r: r["seed"])
+                 for side in ("authors", "ours")}
+        if not any(sides.values()):
+            continue
+        out += [f"**{'Supervised attention' if row == 'sup' else 'Global pool'} (`{row}`)**", "",
+                "| code | seeds | TEST | NOISY | NOISY-C | NOISY at epochs 10 / 20 | min per seed |",
+                "|---|---|---:|---:|---:|---|---:|"]
+        for side, rs in sides.items():
+            if not rs:
+                out.append(f"| {side} | none finished yet | | | | | |")
+                continue
+            mid = " ; ".join("/".join(f"{r['curve'][e][1]:.1f}" if e in r["curve"] else "-"
+                                      for e in ("10", "20")) for r in rs)
+            mins = statistics.median(r["seconds"] for r in rs) / 60
+            out.append(f"| {side} | {','.join(str(r['seed']) for r in rs)} | "
+                       + " | ".join(_cells([r["curve"]["30"] for r in rs])) + f" | {mid} | {mins:.0f} |")
+        a, o = sides["authors"], sides["ours"]
+        if a and o:
+            cmp = [_compare([r["curve"]["30"][k] for r in o], [r["curve"]["30"][k] for r in a])
+                   for k in range(3)]
+            out.append("| ours - authors: difference [95% Welch interval], Welch p; Mann-Whitney p "
+                       "ours < / > theirs | | " + " | ".join(cmp) + " | | |")
+        out.append("")
+    going = []
+    for p in runs:
+        prog = json.loads(p.read_text())
+        if prog.get("done", 0) < 30:
+            last = max(prog["curve"], key=int) if prog.get("curve") else None
+            at = f", epoch {last}: " + " / ".join(f"{x:.2f}" for x in prog["curve"][last]) if last else ""
+            going.append(f"`{p.parent.name}` through epoch {prog.get('done', 0)}{at}")
+    if going:
+        out.append("In progress (resumable; not in the rows above): " + "; ".join(going) + ".")
+        out.append("")
+    if not out:
+        return _missing(rel)
+    return "\n".join(out) + f"\nSource: `benchmarks/results/{rel}` and `runs/` beside it " \
+        f"(`python benchmarks/mnist_train_reference.py --side SIDE --row ROW --seeds S`; " \
+        f"{_commits(recs) if recs else 'no finished record yet'}; TEST / NOISY / NOISY-C accuracy " \
+        f"(%) at epoch 30, mean ± sample std, each seed in brackets; their code in chunks of 5 " \
+        f"epochs resumed from its checkpoints).\n"
 
 
 def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
@@ -326,6 +453,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "memory": memory,
     "gpu_steps": gpu_steps, "gpu_recipes": gpu_recipes, "scale": scale,
     "tu_fidelity": tu_fidelity, "mnist_reference": mnist_reference,
+    "mnist_fullsize": mnist_fullsize, "tu_published": tu_published,
 }
 
 
