@@ -236,3 +236,27 @@ def test_a_dying_superpixel_worker_is_one_clear_error(tmp_path, method):
     lines = run.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ERROR a superpixel worker"), run
     assert f"({method})" in lines[0]
+
+
+def test_in_a_ray_worker_the_pool_never_forks(ray_env):
+    """A Ray worker runs many threads of its own: the pool starts loky workers there (never a
+    fork beside those threads) and gives the serial superpixels."""
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+
+    @ray.remote
+    def prepare(images):
+        from ablate.data import pool, superpixels
+
+        return pool.start_method(), superpixels.images_to_superpixels(images, workers=2, chunksize=2)
+
+    rng = np.random.default_rng(1)
+    images = rng.random((6, 28, 28)) * (rng.random((6, 28, 28)) > 0.6)
+    method, pooled = ray.get(prepare.remote(images), timeout=180)
+    assert method == "loky"
+    from ablate.data import superpixels
+
+    for (a, b), (c, d) in zip(pooled, superpixels.images_to_superpixels(images, workers=1), strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
