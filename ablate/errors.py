@@ -5,10 +5,31 @@ class ConfigError(ValueError):
     """A bad study, key, value or path: the message says what is valid or what is missing."""
 
 
+def did_you_mean(word, choices, prefix: str = "") -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to a misspelt `word` (difflib), else
+    an empty string: appended to a one-line error naming the valid choices. `prefix` is put
+    before the suggestion (``data.`` for a dataset parameter)."""
+    import difflib
+
+    names = [str(c) for c in choices]
+    text = str(word)
+    close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+    if not close:  # a case slip ('GIN'), a short prefix ('super') or a long form
+        low = text.lower()  # ('unsupervised' for unsup) is a miss for difflib
+        close = [n for n in names if n.lower() == low]
+        for near in ([n for n in names if n.lower().startswith(low)],
+                     [n for n in names if low.startswith(n.lower())]):
+            if not close and len(text) >= 3 and len(near) == 1 and len(near[0]) >= 3:
+                close = near
+    return f"; did you mean {prefix + close[0]!r}?" if close else ""
+
+
 def choice_error(what: str, value, choices) -> ConfigError:
-    """`ConfigError` for a value outside a fixed set, naming the valid choices."""
+    """`ConfigError` for a value outside a fixed set, naming the valid choices (and the closest
+    one to a misspelt value)."""
     valid = ", ".join(str(c) for c in choices)
-    return ConfigError(f"unknown {what} {value!r}; valid choices: {valid}")
+    return ConfigError(f"unknown {what} {value!r}; valid choices: {valid}"
+                       f"{did_you_mean(value, choices)}")
 
 
 class NaNLoss(RuntimeError):

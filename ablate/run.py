@@ -3,10 +3,11 @@
 Overrides use Hydra's syntax (``key=value``, ``+new=value``, ``~key``, sweeps
 ``seed=range(0,10)`` / ``backbone=gin,chebygin`` that expand the grid).
 ``--help`` lists the studies and every key with its allowed values;
-``dry_run=true`` prints the trial table and count; ``verify=true`` checks every
-result file. Exit codes: 0 every trial complete, 1 some trials failed after their
-retries (the console says why), 2 bad study / key / value / path / store (one line
-naming the valid choices), 3 results could not be written (disk full, read-only;
+``dry_run=true`` prints the trial table, count and cost estimate and the downloads a run
+would make (it needs no data and no network); ``verify=true`` checks every result file.
+Exit codes: 0 every trial complete, 1 some trials failed after their retries (the console
+says why), 2 bad study / key / value / path / store (one line naming the valid choices,
+and the closest one to a misspelling), 3 results could not be written (disk full, read-only;
 rerun to resume), 130 interrupted by Ctrl-C and 143 by SIGTERM (rerun to resume).
 verify=true: 0 every planned trial complete and every file intact, 4 intact but
 incomplete (planned trials not run or failed), 2 a corrupt or foreign file.
@@ -47,6 +48,13 @@ from ablate.runner.study.study import build_study  # noqa: E402
 from ablate.runner.study.trial_table import fixed_axes, trial_table  # noqa: E402
 
 USAGE = "usage: python -m ablate.run study=NAME|PATH [key=value ...] [--help]"
+PAPERS = [  # what "the paper" and "the authors' script" of the study descriptions are
+    "the paper: Knyazev, Taylor & Amer, \"Understanding Attention and Generalization in Graph "
+    "Neural Networks\", NeurIPS 2019, arXiv:1905.02850 (https://arxiv.org/abs/1905.02850); "
+    "its results table is that of the workshop version, with the final version's ChebyGIN rows",
+    "the authors' code and scripts: https://github.com/bknyaz/graph_attention_pool (MNIST-75SP: "
+    "https://github.com/bknyaz/graph_attention_pool/blob/master/scripts/mnist_75sp.sh)",
+    "study sdc: Pandey, Vashisht & Ramaswamy, \"On the Interpretability of Attention Networks\""]
 
 
 def _choices() -> dict[str, tuple]:
@@ -84,7 +92,7 @@ def help_text(study: str | None = None) -> str:
     """The --help page: usage, studies, runner keys, axes with valid values, data keys."""
     from ablate.data import DATASETS, resolve_params
 
-    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "",
+    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "", *PAPERS, "",
              "studies (study=NAME looks in $ABLATE_STUDIES, then the built-in studies; "
              "study=PATH runs any .yaml file):"]
     descriptions = list_studies()

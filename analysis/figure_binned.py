@@ -134,7 +134,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
     pal = palette(hue)
     datasets = sorted(long["dataset"].unique())
     style, ctx = theme()
-    n_runs = d.drop_duplicates(["trial_id", "seed"]).groupby("variant").size()
+    n_runs = figure_style.run_counts(d, "variant")
     with style, ctx:
         fig, axes = panel_grid(1, len(datasets), w=4.6)
         handles = {}
@@ -149,7 +149,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
                     h = median_band(ax, g[(g["variant"] == v) & (g["split"] == sp)], "x",
                                     "acc", pal[v], ls=ls, marker=mk)
                     if h is not None:
-                        handles.setdefault(f"{v} (n = {int(n_runs.get(v, 0))} runs)", h)
+                        handles.setdefault(f"{v} ({n_runs.get(v, 'n = 0 runs')})", h)
                         drawn[sp] = drawn.get(sp, False) or len(h.get_xdata()) > 1
             ax.set_xticks(range(len(bins)), [f"{lo}–{hi}" for lo, hi in bins], rotation=30)
             ax.set_title(dataset_name(ds_))
@@ -160,7 +160,7 @@ def acc_by_size(ok: pd.DataFrame, out: Path, study: str, variants: list[str]) ->
         png, svg = figure_style.save(fig, out, f"{study}__acc_by_size")
     lines = any(drawn.values())
     return [Figure("acc_by_size", "Test accuracy per graph-size bin, median over runs (colour: "
-                   "variant, n runs in the legend)"
+                   f"variant; {figure_style.RUNS_NOTE})"
                    + (", interquartile band where a split has two or more bins" if lines else
                       "; one marker per (variant, split) and bin, no lines: each split covers "
                       "a single size bin")

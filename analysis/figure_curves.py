@@ -75,7 +75,7 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
         left = not_drawn(c["group"].unique(), order)
         c = c[c["group"].isin(order)]
         title = "variant"
-    n_runs = c.drop_duplicates(["trial_id", "seed"]).groupby("group").size()
+    n_runs = figure_style.run_counts(c, "group")
     pal = palette(order)
     datasets = sorted(c["dataset"].unique())
     names = {"val_accuracy": "val accuracy", "val_auc": "val attention AUC"}
@@ -97,7 +97,7 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
                         continue
                     (h,) = ax.plot(qk.index, qk[0.5], color=pal[k])
                     ax.fill_between(qk.index, qk[0.25], qk[0.75], color=pal[k], alpha=0.2, lw=0)
-                    handles.setdefault(f"{k} (n = {int(n_runs.get(k, 0))} runs)", h)
+                    handles.setdefault(f"{k} ({n_runs.get(k, 'n = 0 runs')})", h)
                 ax.set_title(f"{dataset_name(ds_)}: {names[m]}")
                 ax.set_xlabel("epoch")
                 epoch_axis(ax.xaxis)
@@ -105,7 +105,7 @@ def dynamics(ok: pd.DataFrame, curves: pd.DataFrame, out: Path, study: str,
         side_legend(fig, handles, title)
         png, svg = figure_style.save(fig, out, f"{study}__dynamics")
     caption = ("Training dynamics: validation accuracy and attention AUC per epoch, median "
-               f"(line) and interquartile band over runs (n per group in the legend), by {title}"
+               f"(line) and interquartile band over runs ({figure_style.RUNS_NOTE}), by {title}"
                + (" (tertiles of cos(p_init, p_opt); paper Figures 3-4)." if by_init else "."))
     if not by_init and np.isfinite(cos).any():
         caption += (f" Not by init quality: {int(np.isfinite(cos).sum())} runs with a cosine, "

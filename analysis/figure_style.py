@@ -152,6 +152,34 @@ def hide_unused(axes: np.ndarray, per_row: list[int]) -> None:
             ax.set_visible(False)
 
 
+RUNS_NOTE = ("n in the legend: runs (one seed of one trial) per dataset, as n in the tables; "
+             "the splits of a run are one run")
+
+
+def run_counts(df: pd.DataFrame, group: str) -> dict[str, str]:
+    """The legend's "n = ..." of each value of `group`: its runs (distinct trial and seed) per
+    dataset panel, as the tables' n counts them (a run's splits and epochs are one run), so a
+    variant trained on COLORS and TRIANGLES with 2 seeds says 2, not 4."""
+    runs = df.drop_duplicates(["trial_id", "seed"])
+    if "dataset" not in runs.columns:
+        return {str(g): f"n = {n} runs" for g, n in runs.groupby(group).size().items()}
+    from analysis.formatting import dataset_name
+
+    several = runs["dataset"].nunique() > 1
+    out = {}
+    for g, per in runs.groupby([group, "dataset"]).size().groupby(level=0):
+        counts = {str(d): int(n) for (_, d), n in per.items() if n}
+        values = set(counts.values())
+        if not several:
+            out[str(g)] = f"n = {sum(counts.values())} runs"
+        elif len(counts) == runs["dataset"].nunique() and len(values) == 1:
+            out[str(g)] = f"n = {values.pop()} runs per dataset"
+        else:
+            out[str(g)] = "n = " + ", ".join(f"{n} ({dataset_name(d)})"
+                                             for d, n in counts.items()) + " runs"
+    return out
+
+
 def side_legend(fig: plt.Figure, handles: dict, title: str) -> None:
     """One legend for the figure, right of the panels (none when `handles` is empty)."""
     if handles:

@@ -19,6 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Where a reader finds the sources the report cites (user-facing text names these, not SPEC)
+PAPER = ("Knyazev, Taylor & Amer, \"Understanding Attention and Generalization in Graph "
+         "Neural Networks\", NeurIPS 2019, arXiv:1905.02850")
+WORKSHOP = ("its earlier workshop version, \"Understanding attention in graph neural "
+            "networks\"")
+AUTHORS_CODE = "https://github.com/bknyaz/graph_attention_pool"
+MNIST_SCRIPT = f"{AUTHORS_CODE}/blob/master/scripts/mnist_75sp.sh"  # their MNIST-75SP runs
+
 # The paper's AUC column pools the nodes of all test graphs together (the reference's
 # logs: COLORS ORIG + LARGE + LARGEC, TRIANGLES ORIG + LARGE); the trainer records that
 # as `attn_auc_pooled_l0` on every row of a seed. Stores without it fall back to the

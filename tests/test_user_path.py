@@ -77,9 +77,79 @@ def test_offline_digits_need_no_path(capsys, tmp_path):
     assert main(["study=mnist", "dataset=digits_sp", "dry_run=true",
                  f"results_dir={tmp_path}"]) == 0
     assert "90 trials" in capsys.readouterr().out
-    # MNIST itself is downloaded on first use; the tests' URL is a closed loopback port
-    _one_line_error(capsys, ["study=mnist", "dry_run=true", f"results_dir={tmp_path}"],
+
+
+@pytest.mark.parametrize("estimate", ["records", "off"])
+def test_a_dry_run_before_any_data_names_the_download_to_come(capsys, tmp_path, monkeypatch,
+                                                              estimate):
+    """Offline (the tests' URL is a closed loopback port), `study=mnist` / `study=tu` dry runs
+    show the trials and name the download still to come, exit 0; nothing is fetched."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    assert main(["study=mnist", "dry_run=true", f"estimate={estimate}",
+                 f"results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "90 trials (0 done, 90 to run)" in out
+    (note,) = [line for line in out.splitlines() if line.startswith("note: MNIST")]
+    assert "4 file(s) (11.6 MB) will be downloaded from http://127.0.0.1:9/" in note
+    assert "not reachable from here now" in note and "by hand" in note and "data.path" in note
+    assert main(["study=tu", "dry_run=true", f"estimate={estimate}",
+                 f"results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "80 trials (0 done, 80 to run)" in out
+    for label in ("PROTEINS", "DD", "COLLAB"):
+        assert f"note: {label}: 1 file(s) (size not known) will be downloaded from" in out
+    assert not (tmp_path / "cache").exists() and not ray.is_initialized()
+    # the run itself still needs the files: one line naming the URL, exit 2, before Ray
+    _one_line_error(capsys, ["study=mnist", "progress=none", f"results_dir={tmp_path}"],
                     "cannot download http://127.0.0.1:9/", "by hand", "data.path")
+    assert not ray.is_initialized()
+
+
+def test_an_unknown_estimate_says_how_to_get_one(capsys, tmp_path):
+    assert main(["study=supervision", "dry_run=true", f"results_dir={tmp_path}"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("estimate:")]
+    assert "100% none" in line and "add estimate=calibrate" in line
+    assert "each of the 10 trial shape(s) without one here for 2 epochs" in line
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["study=supervison"], "did you mean 'supervision'?"),
+    (["study=smoke", "backbon=gin"], "did you mean 'backbone'?"),
+    (["study=smoke", "backbone=gni"], "did you mean 'gin'?"),
+    (["study=smoke", "supervision=unsupervised"], "did you mean 'unsup'?"),
+    (["study=smoke", "data.n_trian=3"], "did you mean 'data.n_train'?"),
+    (["study=smoke", "progress=bars"], "did you mean 'bar'?"),
+    (["study=threshold_search", "epoch=3"], "did you mean 'epochs'?"),
+])
+def test_a_misspelt_study_key_or_value_gets_a_did_you_mean(capsys, tmp_path, argv, hint):
+    err = _one_line_error(capsys, [*argv, "dry_run=true", f"results_dir={tmp_path}"], hint)
+    assert err.endswith(hint)
+
+
+def test_reading_a_study_not_run_yet_names_the_studies_there(tmp_path):
+    with pytest.raises(StoreError) as e:
+        read_trials(tmp_path / "results", "supervision")
+    assert "does not exist" in str(e.value) and "no study has results there yet" in str(e.value)
+    store = Store(tmp_path / "results", "smoke")
+    store.trials_dir.mkdir(parents=True)
+    with pytest.raises(StoreError) as e:
+        read_trials(tmp_path / "results", "smoke")
+    assert "no trial of it has finished" in str(e.value)
+    store_v0 = TESTS / "fixtures" / "store_v0"  # read only: studies sdc and smoke
+    for name, words in (("supervision", ["studies with results there: sdc, smoke"]),
+                        ("smok", ["did you mean 'smoke'?"])):
+        with pytest.raises(StoreError) as e:
+            read_trials(store_v0, name)
+        assert "\n" not in str(e.value) and f"study={name}" in str(e.value)
+        assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_import_ablate_is_light_and_reexports_the_reader():
+    code = ("import sys, ablate; heavy = [m for m in ('torch', 'ray', 'pandas') if m in "
+            "sys.modules]; assert not heavy, heavy; from ablate import read_trials; "
+            "from ablate.runner.execute import store; assert read_trials is store.read_trials; "
+            "assert 'torch' not in sys.modules and 'ray' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 
 def test_too_many_cpus_refused_before_ray_and_plan_kept(capsys, tmp_path):

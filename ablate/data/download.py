@@ -154,8 +154,11 @@ def ensure_files(name: str, path: str | None = None, url: str | None = None,
 
 def check_files(name: str, path: str | None = None, url: str | None = None) -> str | None:
     """What a run would do for dataset `name`, checked without downloading (dry runs): None when
-    the files are there, else a note naming the download; refusals as in `ensure_files`, and an
-    unreachable server is refused the way a failed download is."""
+    the files are there, else a note naming the download (what, how many MB, from where, into
+    which folder); refusals as in `ensure_files`. A server that cannot be reached from here
+    (offline) is said in the note, so that a dry run plans a study before any data is there;
+    a mirror named by `url` (data.url=) that does not answer is refused the way a failed
+    download is."""
     src, folder, complete = _located(name, path)
     if complete:
         return None
@@ -163,11 +166,18 @@ def check_files(name: str, path: str | None = None, url: str | None = None) -> s
     anchor = next((p for p in [folder, *folder.parents] if p.exists()), None)
     if anchor is None or not os.access(anchor, os.W_OK | os.X_OK):
         raise _not_writable(src, folder, "it is not writable")
-    _probe(src, folder, f"{base}/{src.files[0]}")
     size = sum(SIZES.get(f, 0) for f in src.files)
     amount = f"{size / 1e6:.1f} MB" if all(f in SIZES for f in src.files) else "size not known"
-    return (f"{src.label}: {len(src.files)} file(s) ({amount}) will be downloaded from {base} "
+    note = (f"{src.label}: {len(src.files)} file(s) ({amount}) will be downloaded from {base} "
             f"into {folder} by the first run")
+    try:
+        _probe(src, folder, f"{base}/{src.files[0]}")
+    except Unreachable as e:
+        if url is not None:  # the mirror named by data.url= does not answer: refused
+            raise
+        return (f"{note}; not reachable from here now ({e.reason}): run where {base} is "
+                f"reachable, or {_by_hand(src, folder)}")
+    return note
 
 
 def fetch(name: str, folder: Path, base: str, progress: bool = False) -> None:
@@ -342,8 +352,17 @@ def _install(name: str, staged: Path, folder: Path) -> None:
             os.replace(file, dest)
 
 
+class Unreachable(ConfigError):
+    """`_probe`: the server of a download does not answer (offline, no such host, refused)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def _probe(src: Source, folder: Path, url: str) -> None:
-    """Open `url` (HEAD, a short timeout) to learn whether a run could download it."""
+    """Open `url` (HEAD, a short timeout) to learn whether a run could download it; a server
+    that cannot be reached raises `Unreachable`, one that refuses the file `ConfigError`."""
     import urllib.error
     import urllib.request
 
@@ -356,8 +375,8 @@ def _probe(src: Source, folder: Path, url: str) -> None:
             return
         raise ConfigError(f"cannot download {url} ({_reason(e)}); {_by_hand(src, folder)}") from None
     except Exception as e:
-        raise ConfigError(f"cannot download {url} ({_reason(e)}): no network or no such file; "
-                          f"{_by_hand(src, folder)}") from None
+        raise Unreachable(f"cannot download {url} ({_reason(e)}): no network or no such file; "
+                          f"{_by_hand(src, folder)}", _reason(e)) from None
 
 
 # ------------------------------------------------------------------------- messages

@@ -293,7 +293,11 @@ def _studies(results_dir: Path, study: str | None) -> list[Path]:
 def read_trials(results_dir: str | os.PathLike = "results",
                 study: str | None = None) -> pd.DataFrame:
     """Every trial row of one study (or of all studies under `results_dir`) as one DataFrame
-    (nested columns as Python lists of dicts); a foreign or damaged file raises `StoreError`."""
+    (nested columns as Python lists of dicts); a foreign or damaged file raises `StoreError`,
+    and so does a `study` with no trial file there (not run yet, a misspelt name), naming the
+    studies that have results under `results_dir`."""
+    if study is not None:
+        _check_has_results(Path(results_dir), study)
     return _read_all(Path(results_dir), study, TRIALS, REQUIRED)
 
 
@@ -301,6 +305,23 @@ def read_curves(results_dir: str | os.PathLike = "results",
                 study: str | None = None) -> pd.DataFrame:
     """Every per-epoch curve row of one study (or of all studies) as one DataFrame."""
     return _read_all(Path(results_dir), study, CURVES, CURVE_KEYS)
+
+
+def _check_has_results(results_dir: Path, study: str) -> None:
+    """One `StoreError` line when `study` has no trial file under `results_dir`."""
+    if reader.result_files(results_dir / study / TRIALS):
+        return
+    from ablate.errors import did_you_mean
+
+    there = [p.name for p in _studies(results_dir, None)
+             if reader.result_files(p / TRIALS)]
+    where = (f"{str(results_dir)!r} does not exist" if not results_dir.is_dir() else
+             f"no trial of it has finished under {str(results_dir)!r}"
+             if (results_dir / study).is_dir() else f"no results under {str(results_dir)!r}")
+    listed = (f"studies with results there: {', '.join(there)}{did_you_mean(study, there)}"
+              if there else "no study has results there yet")
+    raise StoreError(f"study {study!r}: {where} (run it first: python -m ablate.run "
+                     f"study={study} results_dir={results_dir}); {listed}")
 
 
 def _read_all(results_dir: Path, study: str | None, part: str,

@@ -59,6 +59,7 @@ class StudyCost:
     packs: int
     contention: float = 1.0  # calibrated slow-down of trials at once (1: none measured)
     notes: list[str] = field(default_factory=list)
+    unpriced_shapes: int = 0  # distinct trial shapes without an estimate that calibrate would run
 
     def share(self, source: str) -> float:
         return sum(c.source == source for c in self.trials.values()) / max(1, len(self.trials))
@@ -72,7 +73,17 @@ class StudyCost:
         peak = f", up to {max(mem):.0f} MB per trial" if mem else ""
         return (f"estimate: {wall} wall on {self.slots} {self.slot_kind} trial slot(s) here "
                 f"({self.packs} packs; Ray's start-up and per-trial overhead not included)"
-                f"{peak}; from {parts}")
+                f"{peak}; from {parts}{self.how_to_price()}")
+
+    def how_to_price(self) -> str:
+        """What gives the trials without an estimate one (said on the estimate's line)."""
+        if not self.unpriced_shapes:
+            return ""
+        n = self.unpriced_shapes
+        return (f"; to get one, add estimate=calibrate: it trains each of the {n} trial "
+                f"shape(s) without one here for 2 epochs, validated once (preparing, or "
+                f"downloading, a data set first where needed), and times trials at once when "
+                f"several fit, before it prints the table")
 
 
 def duration(s: float) -> str:
@@ -298,6 +309,7 @@ def estimate(study, results_root: str | os.PathLike, mode: str = "records",
     calibrated: dict[tuple, TrialCost] = {}
     cheapest: tuple[float, object] = (math.inf, None)  # the quickest calibrated trial
     spent = 0.0
+    unpriced: set[tuple] = set()  # shapes calibrate would run (mode records)
     for t in study.trials:
         key = keys[t.trial_id]
         seeds = len(getattr(t.config, "seeds", (0,)))
@@ -315,6 +327,7 @@ def estimate(study, results_root: str | os.PathLike, mode: str = "records",
             out[t.trial_id] = TrialCost(c.seconds, c.memory_mb, c.source)
         else:
             out[t.trial_id] = TrialCost(None, None, "none")
+            unpriced.add(key + (("seeds", seeds),))
     mem = [c.memory_mb for c in out.values() if c.memory_mb]
     slots, kind = slots_here(spec, gpus, max(mem) if mem else None)
     factor = 1.0
@@ -335,4 +348,5 @@ def estimate(study, results_root: str | os.PathLike, mode: str = "records",
     wall = makespan(costs, slots) if costs else None
     notes = [f"calibration took {duration(spent)} here; trials at once ran {factor:.2f}x "
              f"slower each than alone"] if mode == "calibrate" and calibrated else []
-    return StudyCost(out, wall, slots, kind, len(packs), factor, notes)
+    return StudyCost(out, wall, slots, kind, len(packs), factor, notes,
+                     len(unpriced) if mode == "records" else 0)

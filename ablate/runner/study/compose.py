@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate.errors import ConfigError, choice_error
+from ablate.errors import ConfigError, choice_error, did_you_mean
 from ablate.runner.study.kinds import NOT_AXES, config_fields, trial_kind
 
 
@@ -103,7 +103,8 @@ RUN_KEYS: dict[str, tuple[Any, str]] = {
     "study": (None, "study to run: a name (its file NAME.yaml on the search path: "
                     "$ABLATE_STUDIES, then the built-in studies) or a path to a .yaml file"),
     "results_dir": ("results", "result store root; results go to RESULTS_DIR/STUDY/"),
-    "dry_run": (False, "print the trial table and count, then exit"),
+    "dry_run": (False, "print the trial table, count and cost estimate and the downloads a "
+                       "run would make (no data or network needed), then exit"),
     "verify": (False, "read every result file of the study, list every problem, then exit"),
     "force": (False, "rerun trials that are already complete in the store"),
     "ray_address": (None, "join this Ray cluster ('auto' or host:port); default: "
@@ -205,7 +206,8 @@ def load_spec(name: str, directory: Path | None = None) -> StudySpec:
     raw = _read_yaml(path)
     unknown = sorted(set(raw) - _SECTIONS)
     if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {unknown}; valid: {sorted(_SECTIONS)}")
+        raise ConfigError(f"{path}: unknown section(s) {unknown}; valid: {sorted(_SECTIONS)}"
+                          f"{did_you_mean(unknown[0], sorted(_SECTIONS))}")
     spec = StudySpec(name=path.stem, kind=str(raw.get("kind", "graph")),
                      description=str(raw.get("description", "")).strip(), path=path)
     trial_kind(spec.kind)  # a known kind, or a ConfigError naming them
@@ -338,7 +340,8 @@ def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
             valid = sorted([*RUN_KEYS, *STUDY_KEYS, "seed", *(
                 f for f in fields if f not in NOT_AXES)])
             raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(valid)}, data.KEY "
-                              f"(dataset parameters), +NEW=VALUE (a new free-form axis)")
+                              f"(dataset parameters), +NEW=VALUE (a new free-form axis)"
+                              f"{did_you_mean(key, valid)}")
     return options
 
 

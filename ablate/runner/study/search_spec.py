@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, did_you_mean
 from ablate.runner.study.compose import locate_study, parse_overrides, seed_list, study_file
 from ablate.runner.study.kinds import NOT_AXES, config_fields
 from ablate.runner.study.study import make_config, resolve_config
@@ -102,7 +102,7 @@ def load_search_spec(name: str, overrides: list[str] = ()) -> SearchSpec:
         missing = [a for a in arms_wanted if a not in spec.arms]
         if missing:
             raise ConfigError(f"arms: unknown arm {missing[0]!r}; valid choices: "
-                              f"{', '.join(spec.arms)}")
+                              f"{', '.join(spec.arms)}{did_you_mean(missing[0], spec.arms)}")
         spec.arms = {a: spec.arms[a] for a in arms_wanted}
     if not spec.arms:
         raise ConfigError(f"study {name}: no arms to search (section 'arms')")
@@ -149,7 +149,8 @@ def _apply_overrides(spec: SearchSpec, overrides: list[str]) -> list[str] | None
         else:
             valid = sorted(["arms", "seed", *SEED_KEYS, *SETTINGS, *axes])
             raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(valid)}, data.KEY, "
-                              "final_data.KEY, search.PARAM.KEY, +NEW=VALUE")
+                              f"final_data.KEY, search.PARAM.KEY, +NEW=VALUE"
+                              f"{did_you_mean(key, valid)}")
     return arms
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, did_you_mean
 from ablate.runner.study.compose import StudySpec, apply_overrides, load_spec, seed_list
 from ablate.runner.study.kinds import config_fields, trial_kind
 
@@ -127,7 +127,8 @@ def config_kwargs(kind: str, axes: dict) -> dict[str, Any]:
         elif key in fields:
             kwargs[key] = coerce(key, value, fields[key])
         else:
-            raise ConfigError(f"unknown axis {key!r}; valid: {', '.join(sorted(fields))}")
+            raise ConfigError(f"unknown axis {key!r}; valid: {', '.join(sorted(fields))}"
+                              f"{did_you_mean(key, sorted(fields))}")
     if "data_params" in fields:
         kwargs["data_params"] = tuple(sorted((k, _freeze(v)) for k, v in data.items()))
     elif data:
@@ -156,10 +157,28 @@ def make_trial(kind: str, cfg: Any, recipes: dict | None = None) -> Trial:
     try:
         data_hash = recipes[key] if recipes is not None and key in recipes else k.data_hash(cfg)
     except ConfigError as e:
-        raise ConfigError(f"data.*: {e}") from None
+        raise ConfigError(f"data.*: {e}{_data_key_hint(str(e), cfg)}") from None
     if recipes is not None:
         recipes[key] = data_hash
     return Trial(k.trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
+
+
+def _data_key_hint(message: str, cfg: Any) -> str:
+    """"Did you mean" for a misspelt dataset parameter (data.KEY) of a graph trial."""
+    if "did you mean" in message or "unknown parameter" not in message:
+        return ""
+    try:
+        from ablate.data import dataset_params
+
+        takes = sorted(dataset_params(cfg.dataset))
+    except Exception:  # noqa: BLE001 - not a graph dataset: no hint
+        return ""
+    for key, _ in cfg.data_params:
+        if key not in takes:
+            hint = did_you_mean(key, takes, prefix="data.")
+            if hint:
+                return hint
+    return ""
 
 
 def _drop_unused_required(kind: str, axes: dict) -> dict:
