@@ -180,7 +180,19 @@ def dry_run(study, options) -> str:
             f"{sum(len(t.config.seeds) for t in study.trials)} seed runs; "
             f"seeds_per_trial={spec.seeds_per_trial} cpus_per_trial={spec.cpus_per_trial} "
             f"gpus_per_trial={spec.gpus_per_trial} max_failures={spec.max_failures}"
+            + (_adaptive_line(study) if spec.adaptive is not None else "")
             + ("".join(f"\n{line}" for line in [cost.line(), *cost.notes]) if cost else ""))
+
+
+def _adaptive_line(study) -> str:
+    """What an adaptive-seed study trains first and at most (the counts above are the most)."""
+    ad = study.spec.adaptive
+    first = [t for t in study.trials if set(t.config.seeds) <= set(ad.round_seeds(1))]
+    return (f"\nadaptive seeds ({ad.sequence} confidence sequences, alpha {ad.alpha} over all "
+            f"comparisons, equivalence ±{ad.equivalence:g}, {ad.metric}): round 1 trains seeds "
+            f"0-{ad.start - 1} of every row ({len(first)} trials); then {ad.step} more per round "
+            f"for the rows of open comparisons only, up to {ad.max} seeds a row: the counts "
+            "above are the most it can cost")
 
 
 def _short(seconds: float | None) -> str:
@@ -247,9 +259,16 @@ def _main(argv: list[str]) -> int:
             return 0
 
         _keep_study_file(study, options["results_dir"])
-        summary = run_study(study, options["results_dir"], force=options["force"],
-                            ray_address=options["ray_address"], progress=options["progress"],
-                            display=display)
+        if study.spec.adaptive is not None:  # rounds of seeds, as long as comparisons are open
+            from ablate.runner.execute.rounds import run_adaptive
+
+            summary = run_adaptive(study, options["results_dir"], force=options["force"],
+                                   ray_address=options["ray_address"],
+                                   progress=options["progress"], display=display)
+        else:
+            summary = run_study(study, options["results_dir"], force=options["force"],
+                                ray_address=options["ray_address"],
+                                progress=options["progress"], display=display)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

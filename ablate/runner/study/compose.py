@@ -153,6 +153,7 @@ class StudySpec:
     grid: dict = field(default_factory=dict)  # axis -> list of choices
     variants: list = field(default_factory=list)  # list of {axis: value}
     seeds: list = field(default_factory=lambda: [0])
+    adaptive: Any = None  # ablate.runner.plan.adaptive.AdaptiveSeeds: seeds added per round
     seeds_per_trial: int = 1
     cpus_per_trial: float = 1
     gpus_per_trial: float | str = "auto"
@@ -232,9 +233,22 @@ def load_spec(name: str, directory: Path | None = None) -> StudySpec:
     return spec
 
 
+def _set_seeds(spec: StudySpec, value: Any) -> None:
+    """A seed list, or adaptive seeds (`ablate.runner.plan.adaptive`): then every round's
+    seeds, up to its max, are what the study may train."""
+    if value == "adaptive" or isinstance(value, dict):
+        from ablate.runner.plan.adaptive import parse_adaptive
+
+        spec.adaptive = parse_adaptive(value)
+        spec.seeds = list(range(spec.adaptive.max))
+    else:
+        spec.adaptive = None
+        spec.seeds = seed_list(value)
+
+
 def _set_study_key(spec: StudySpec, key: str, value: Any) -> None:
     if key == "seeds":
-        spec.seeds = seed_list(value)
+        _set_seeds(spec, value)
     elif key in ("seeds_per_trial", "max_failures", "trial_limit"):
         lo = 0 if key == "max_failures" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
@@ -323,7 +337,7 @@ def apply_overrides(spec: StudySpec, overrides: list[str]) -> dict:
                 raise ConfigError(f"{key} takes a single value")
             options[key] = _run_option(key, value)
         elif key in ("seed", "seeds"):
-            spec.seeds = seed_list([0] if o.delete else value)
+            _set_seeds(spec, [0] if o.delete else value)
             for v in spec.variants:  # the command line wins over per-variant seeds
                 v.pop("seeds", None)
         elif key in STUDY_KEYS:

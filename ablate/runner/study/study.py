@@ -289,4 +289,25 @@ def build_study(name: str, overrides: list[str] = (), directory: Path | None = N
     shows the planning step)."""
     spec = load_spec(name, directory)
     options = apply_overrides(spec, list(overrides))
+    if spec.adaptive is not None:  # every round's trials (its seeds packed within the round)
+        from ablate.runner.plan.adaptive import check_study
+
+        trials = expand_rounds(spec, progress)
+        check_study(spec.adaptive, trials)
+        return Study(spec, trials), options
     return Study(spec, expand(spec, progress)), options
+
+
+def expand_rounds(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
+    """The trials of every round of an adaptive study, round by round: what it may train at
+    most (each trial holds seeds of one round only, so a round's trials keep their ids)."""
+    import dataclasses
+
+    out: dict[str, Trial] = {}
+    for r in range(1, spec.adaptive.rounds + 1):
+        one = dataclasses.replace(spec, seeds=spec.adaptive.round_seeds(r),
+                                  variants=[{k: v for k, v in var.items() if k != "seeds"}
+                                            for var in spec.variants])
+        for t in expand(one, progress if r == 1 else None):
+            out.setdefault(t.trial_id, t)
+    return list(out.values())
