@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from analysis import stats
+from analysis.adaptive_section import adaptive_section, read_decisions
 from analysis.builtin_sections import gnn_section, sdc_section  # registers them: gnn, then sdc
 from analysis.load import StoreError, Study, load_store
 from analysis.overview import DESCRIBED_AXES, Overview, overview, rows_missing_seeds
@@ -75,6 +76,12 @@ def build_study(study: Study, out: Path, n_boot: int, figures: bool,
         with timed("write tables"):
             for t in sec.tables:
                 sec.files += t.save(ctx.tables_dir, f"{study.name}__{t.name}")
+        sections.append(sec)
+    decisions = read_decisions(study.path)
+    if decisions is not None:  # an adaptive-seed study: what each round decided
+        sec = adaptive_section(decisions, study.name, out / "figures" if figures else None)
+        for t in sec.tables:
+            sec.files += t.save(out / "tables", f"{study.name}__{t.name}")
         sections.append(sec)
     return StudyReport(study, ov, sections, rows_missing)
 

@@ -177,3 +177,24 @@ def test_docstring_example_parses():
 
     a = ad.parse_adaptive(yaml.safe_load(text)["seeds"])
     assert (a.start, a.split) == (3, ("test_large",))
+
+
+def test_the_report_shows_each_decision_and_the_methods(tmp_path):
+    from analysis.report import write_report
+    from analysis.synthetic import trial_record, write_trials
+
+    rows = [trial_record(trial_id=f"t{v}{s}", seed=s, seeds=str(s), split="test_largec",
+                         dataset="colors", pool_layers=pl, supervision=sup, accuracy=acc)
+            for v, (pl, sup, acc) in enumerate([("", "unsup", 0.3), ("1", "sup", 0.8)])
+            for s in range(12)]
+    write_trials(tmp_path / "res", "ad", rows)
+    a = ad.AdaptiveSeeds(start=10, step=2, max=12)
+    d = ad.Decision("GIN sup", "GIN global pool", "pool_layers", "colors", "test_largec",
+                    seeds=10, decision="greater", round=1, lo=[0.4], hi=[0.6], at=[10])
+    ad.write_decisions(tmp_path / "res" / "ad" / ad.DECISIONS_FILE, a, {d.key: d}, 1, 20, 24)
+    write_report(tmp_path / "res", tmp_path / "out", figures=True)
+    md = (tmp_path / "out" / "tables" / "ad__adaptive.md").read_text()
+    assert "| GIN sup | GIN global pool | pool_layers | COLORS / test_largec | higher than its " \
+           "baseline | 1 | 10 | [+40.0, +60.0] points |" in md
+    assert "Bonferroni" in md and "asymptotic confidence sequence" in md and "4 saved" in md
+    assert (tmp_path / "out" / "figures" / "ad__adaptive.png").exists()
