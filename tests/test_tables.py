@@ -27,7 +27,8 @@ def test_the_docs_hold_the_generated_tables():
     for name, doc in (("studies", "README.md"), ("memory", "performance.md"), ("scale", "performance.md"),
                       ("gpu_steps", "performance.md"), ("gpu_recipes", "performance.md"),
                       ("tu_fidelity", "fidelity.md"), ("mnist_reference", "fidelity.md"),
-                      ("mnist_fullsize", "fidelity.md"), ("tu_published", "fidelity.md")):
+                      ("mnist_fullsize", "fidelity.md"), ("tu_published", "fidelity.md"),
+                      ("adaptive_sim", "performance.md")):
         assert f"<!-- generated:{name} -->" in text[doc], (name, doc)
 
 
