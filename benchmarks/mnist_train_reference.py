@@ -376,6 +376,8 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
             torch.save({"model": model.state_dict(), "fit": fs.state_dict(), "progress": prog},
                        ckpt.with_suffix(".tmp"))
             os.replace(ckpt.with_suffix(".tmp"), ckpt)
+            (state / "progress.tmp").write_text(json.dumps(prog, indent=1) + "\n")  # for people
+            os.replace(state / "progress.tmp", state / "progress.json")  # and tables.py
     return {"curve": prog["curve"], "seconds": prog["seconds"], "peak_rss_mb": prog["peak_rss_mb"],
             "train_loss": prog["losses"], "lr_decay_epochs": list(cfg.lr_decay_epochs)}
 
