@@ -8,17 +8,27 @@ version tested) and otherwise raises `UnsupportedVersion` with one line that nam
 package, its version, the range and what to do (a `ConfigError`: the CLI prints it and exits
 2, before Ray starts where the call comes first).
 
-    package        private call                                      used by
-    ray (Tune)     RayActorManager._actor_task_failed                runner/tune_callback.py
-    ray            ray._private.worker (print_to_stdstream, _global_node)   runner/ray_env.py
-    ray            ray._private.utils (available memory, object store)       runner/resources.py
-    torch          torch._C._cuda_endAllocateToPool / _cuda_releasePool      trial/pack_step.py
-    scikit-image   skimage.segmentation._slic (SLIC's kernels)       data/slic.py
+    private name                                    accessor                 used by (ablate/)
+    Tune's RayActorManager._actor_task_failed       wrap_actor_task_failed   runner/execute/tune_callback.py
+    ray._private.worker.print_to_stdstream          wrap_print_to_stdstream  runner/execute/ray_env.py
+    ray._private.worker._global_node                ray_session_dir          runner/execute/ray_env.py
+    ray._private.utils: estimate_available_memory,  ray_node_memory          runner/plan/resources.py
+      resolve_object_store_memory
+    torch._C._cuda_endAllocateToPool,               cuda_pool_exit           trial/pack_step.py
+      _cuda_releasePool
+    skimage.segmentation._slic: _slic_cython,       slic_kernels             data/slic.py
+      _enforce_label_connectivity_cython
+
+A private name missing from a release inside the tested range raises `UnsupportedVersion` too,
+with one line naming the name and the installed version (`_attr`): nothing is skipped silently.
+Every other module reaches these only through the accessors (tests/test_layout.py checks that
+no module but this one reads a private attribute of Ray, Tune, torch or scikit-image).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -67,13 +77,31 @@ def check(dist: str, what: str, version: str | None = None) -> None:
         f"ablate.compat.TESTED after checking the call")
 
 
-def _attr(module: Any, name: str, dist: str, what: str) -> Any:
-    """`module.name`, or `UnsupportedVersion` when a release in range lacks it."""
-    value = getattr(module, name, None)
-    if value is None:
-        raise UnsupportedVersion(f"{dist} {installed(dist)}: {what} has no {name}; ablate's "
-                                 f"private call no longer fits this release")
+_MISSING = object()
+WRAPPED = "_ablate_wrapped"  # set on a function ablate put in place of a private one
+
+
+def _attr(owner: Any, name: str, dist: str, what: str) -> Any:
+    """`owner.name` (a module or class of `dist`), or `UnsupportedVersion` in one line naming
+    the missing name and the installed version when a release in range lacks it."""
+    value = getattr(owner, name, _MISSING)
+    if value is _MISSING:
+        raise UnsupportedVersion(f"{dist} {installed(dist) or '(unknown version)'}: {what} has "
+                                 f"no {name}; ablate's private call no longer fits this release")
     return value
+
+
+def _wrap_once(owner: Any, name: str, wrap: Callable[[Callable], Callable], dist: str,
+               what: str) -> bool:
+    """Put `wrap(owner.name)` in place of `owner.name`, once: False when ablate's wrapper is
+    already there (idempotent)."""
+    original = _attr(owner, name, dist, what)
+    if getattr(original, WRAPPED, False):
+        return False
+    wrapped = wrap(original)
+    setattr(wrapped, WRAPPED, True)
+    setattr(owner, name, wrapped)
+    return True
 
 
 def _import(module: str, dist: str, what: str) -> Any:
@@ -88,7 +116,7 @@ def _import(module: str, dist: str, what: str) -> Any:
 
 
 def tune_actor_manager() -> Any:
-    """Tune's `RayActorManager` (its `_actor_task_failed` is wrapped, `tune_callback`)."""
+    """Tune's `RayActorManager`, checked to have the `_actor_task_failed` ablate wraps."""
     what = "Tune's RayActorManager._actor_task_failed"
     check("ray", what)
     actor_manager = _import("ray.air.execution._internal.actor_manager", "ray", what)
@@ -97,10 +125,40 @@ def tune_actor_manager() -> Any:
     return cls
 
 
+def wrap_actor_task_failed(wrap: Callable[[Callable], Callable]) -> bool:
+    """Put `wrap(original)` in place of Tune's `RayActorManager._actor_task_failed(self,
+    tracked_actor_task, exception)`, once (`tune_callback.worker_deaths_as_trial_failures`);
+    False when it already is."""
+    return _wrap_once(tune_actor_manager(), "_actor_task_failed", wrap, "ray",
+                      "Tune's RayActorManager._actor_task_failed")
+
+
 def ray_worker() -> Any:
-    """`ray._private.worker` (the driver's log printer and the node of this process)."""
-    check("ray", "ray._private.worker")
-    return _import("ray._private.worker", "ray", "ray._private.worker")
+    """`ray._private.worker`, checked to have the two names ablate uses: `print_to_stdstream`
+    (the driver's printer of workers' output) and `_global_node` (this process's Ray node)."""
+    what = "ray._private.worker"
+    check("ray", what)
+    worker = _import("ray._private.worker", "ray", what)
+    _attr(worker, "print_to_stdstream", "ray", what)
+    _attr(worker, "_global_node", "ray", what)  # None until this process starts or joins Ray
+    return worker
+
+
+def wrap_print_to_stdstream(wrap: Callable[[Callable], Callable]) -> bool:
+    """Put `wrap(original)` in place of `ray._private.worker.print_to_stdstream(data, ...)`,
+    once (`ray_env` drops the raylet's notices); False when it already is."""
+    return _wrap_once(ray_worker(), "print_to_stdstream", wrap, "ray",
+                      "ray._private.worker.print_to_stdstream")
+
+
+def ray_session_dir() -> str | None:
+    """The session folder of the Ray node this process started or joined
+    (`ray._private.worker._global_node.get_session_dir_path()`); None before it has one."""
+    node = ray_worker()._global_node
+    if node is None:
+        return None
+    what = "ray._private.worker._global_node"
+    return _attr(node, "get_session_dir_path", "ray", what)()
 
 
 def ray_utils() -> Any:
@@ -111,6 +169,14 @@ def ray_utils() -> Any:
     _attr(utils, "estimate_available_memory", "ray", what)
     _attr(utils, "resolve_object_store_memory", "ray", what)
     return utils
+
+
+def ray_node_memory() -> int:
+    """Ray's ``memory`` resource of an embedded node started now on this machine: available
+    memory less the object store, as `ray._private.utils` computes them."""
+    utils = ray_utils()
+    available = utils.estimate_available_memory()
+    return int(available - utils.resolve_object_store_memory(available))
 
 
 def cuda_pool_exit() -> tuple[Any, Any]:

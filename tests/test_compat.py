@@ -2,7 +2,9 @@
 
 Every accessor of `ablate.compat` refuses a version outside the range it was tested for
 with one line (faked versions here), gives the real objects on the installed versions, and
-pyproject.toml bounds each of those packages the same way. The Tune hook hands over Ray's
+pyproject.toml bounds each of those packages the same way. A private name missing from a
+release in range is one line naming it and the version (issue 42), never a silent skip, and
+the wrappers put ablate's function in place once. The Tune hook hands over Ray's
 memory-monitor error alone.
 """
 
@@ -22,9 +24,21 @@ from ablate.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCESSORS = {  # accessor -> the distribution it checks
-    "tune_actor_manager": "ray", "ray_worker": "ray", "ray_utils": "ray",
+    "tune_actor_manager": "ray", "ray_worker": "ray", "ray_utils": "ray", "ray_node_memory": "ray",
     "cuda_pool_exit": "torch", "slic_kernels": "scikit-image",
 }
+WRAPPERS = {  # accessor that puts a wrapper in place -> (module holding the owner, owner, name)
+    "wrap_actor_task_failed": ("ray.air.execution._internal.actor_manager", "RayActorManager",
+                               "_actor_task_failed"),
+    "wrap_print_to_stdstream": ("ray._private.worker", None, "print_to_stdstream"),
+}
+
+
+def _owner(module: str, cls: str | None):
+    import importlib
+
+    mod = importlib.import_module(module)
+    return getattr(mod, cls) if cls else mod
 
 
 @pytest.mark.parametrize("name", sorted(ACCESSORS))
@@ -54,6 +68,65 @@ def test_a_missing_name_in_a_tested_release_is_one_line_not_a_silent_skip(monkey
     monkeypatch.delattr(torch._C, "_cuda_releasePool", raising=False)
     with pytest.raises(compat.UnsupportedVersion, match="has no _cuda_releasePool"):
         compat.cuda_pool_exit()
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPERS))
+def test_a_wrapper_refuses_an_untested_ray_and_leaves_the_private_name_alone(monkeypatch, name):
+    module, cls, attr = WRAPPERS[name]
+    owner = _owner(module, cls)
+    before = getattr(owner, attr)
+    monkeypatch.setattr(compat, "installed", lambda d: "9.0.0" if d == "ray" else compat.metadata.version(d))
+    with pytest.raises(compat.UnsupportedVersion, match=r"^ray 9\.0\.0 is newer than"):
+        getattr(compat, name)(lambda original: original)
+    assert getattr(owner, attr) is before
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPERS))
+def test_a_wrapper_puts_ablates_function_in_place_once(monkeypatch, name):
+    module, cls, attr = WRAPPERS[name]
+    owner = _owner(module, cls)
+    monkeypatch.setattr(owner, attr, lambda *a, **k: "original")  # restored after the test
+    calls = []
+
+    def wrap(original):
+        calls.append(original)
+        return lambda *a, **k: ("wrapped", original(*a, **k))
+
+    assert getattr(compat, name)(wrap) is True
+    assert getattr(compat, name)(wrap) is False  # already in place: not wrapped twice
+    assert len(calls) == 1 and getattr(owner, attr)() == ("wrapped", "original")
+
+
+@pytest.mark.parametrize("module, cls, attr, call", [
+    ("ray._private.worker", None, "_global_node", "ray_session_dir"),
+    ("ray._private.worker", None, "print_to_stdstream", "wrap_print_to_stdstream"),
+    ("ray.air.execution._internal.actor_manager", "RayActorManager", "_actor_task_failed",
+     "wrap_actor_task_failed"),
+])
+def test_a_missing_ray_name_is_one_line_naming_it_and_the_version(monkeypatch, module, cls, attr, call):
+    """A Ray release that renamed a private name stops the run in one line (`_global_node`:
+    the session clean-up is never skipped without a word)."""
+    monkeypatch.delattr(_owner(module, cls), attr)
+    fn = getattr(compat, call)
+    with pytest.raises(compat.UnsupportedVersion) as err:
+        fn() if call == "ray_session_dir" else fn(lambda original: original)
+    text = str(err.value)
+    assert "\n" not in text and f"has no {attr}" in text
+    assert text.startswith(f"ray {compat.installed('ray')}: ")
+
+
+def test_the_session_folder_is_none_without_a_ray_node(monkeypatch):
+    import ray._private.worker as worker
+
+    monkeypatch.setattr(worker, "_global_node", None)
+    assert compat.ray_session_dir() is None
+
+    class Node:
+        def get_session_dir_path(self):
+            return "/tmp/ray/session_x"
+
+    monkeypatch.setattr(worker, "_global_node", Node())
+    assert compat.ray_session_dir() == "/tmp/ray/session_x"
 
 
 def test_versions_parse_and_ranges_match_pyproject():

@@ -36,14 +36,17 @@ from typing import TYPE_CHECKING, TextIO
 from ablate.errors import ConfigError
 from ablate.runner.execute.progress import Progress, Summary, epoch_report_s
 from ablate.runner.execute.ray_env import (
+    RayMode,
     RayStarter,
     check_devices,
     check_resources,
     check_resources_early,
+    cluster_address,
     embedded_session,
     end_session,
     gpus_per_trial,
     quiet_ray_env,
+    ship_data,
     tune_storage,
 )
 from ablate.runner.execute.ship import dataset_pieces
@@ -126,7 +129,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
 
     Ctrl-C or SIGTERM during start-up ends the run like one during Tune: what is not done
     stays to do (the summary's resume line, exit 130 / 143), and Ray is stopped."""
-    address = ray_address or os.environ.get("RAY_ADDRESS") or None
+    address = cluster_address(ray_address)  # None: an embedded Ray (search studies: the same)
     t0 = time.time()
     ray_start = None
     started = False
@@ -155,7 +158,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         summary.timings["ray_start"] = ray_start.seconds
         with _sigterm_as_interrupt(summary), handlers_kept_through_tune():
             _run_tune(study, todo, splits, store, summary,
-                      embedded=started and not address, display=display,
+                      embedded=RayMode(address, started).embedded, display=display,
                       stream=stream, t_start=t_start)
     except KeyboardInterrupt as e:  # during start-up (Tune handles its own)
         summary.signal = summary.signal or signal_name(e)
@@ -246,7 +249,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
             summary.storage_error = write_error(e, store.dir)
             summary.remaining = [t.trial_id for t in todo]
             return
-        ship = not embedded or len(ray.nodes()) > 1
+        ship = ship_data(embedded, len(ray.nodes()))  # the rule of search studies too
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")
         packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -77,19 +78,16 @@ def _silence_raylet_messages() -> None:
     The runner records every lost worker itself (store rows, failures.jsonl), and
     the user asked for one progress display. Other Ray output is unaffected.
     """
-    from ablate.compat import ray_worker as private_worker
+    from ablate.compat import wrap_print_to_stdstream
 
-    ray_worker = private_worker()
-    original = ray_worker.print_to_stdstream
-    if getattr(original, "_ablate_quiet", False):
-        return
+    def drop_raylet(original):
+        def quiet(data, *args, **kwargs):
+            if data.get("pid") != "raylet":
+                original(data, *args, **kwargs)
 
-    def quiet(data, *args, **kwargs):
-        if data.get("pid") != "raylet":
-            original(data, *args, **kwargs)
+        return quiet
 
-    quiet._ablate_quiet = True
-    ray_worker.print_to_stdstream = quiet
+    wrap_print_to_stdstream(drop_raylet)  # once; Ray's private printer, through ablate.compat
 
 
 def _no_colour_reset_at_exit() -> None:
@@ -104,6 +102,42 @@ def _no_colour_reset_at_exit() -> None:
     atexit.unregister(ci.reset_all)
 
 
+def cluster_address(ray_address: str | None) -> str | None:
+    """The Ray cluster a run joins: the `ray_address` option, else $RAY_ADDRESS; None for an
+    embedded local Ray. The one rule of grid and search studies (`start_ray`, `RayMode`)."""
+    return ray_address or os.environ.get("RAY_ADDRESS") or None
+
+
+def ship_data(embedded: bool, nodes: int) -> bool:
+    """Whether the prepared dataset files go to the trials through Ray's object store
+    (`ablate.runner.execute.ship`): always on a joined cluster, whose nodes need not share
+    this machine's disk, and on an embedded Ray only once it has more than one node."""
+    return not embedded or nodes > 1
+
+
+@dataclass(frozen=True)
+class RayMode:
+    """How a study runs on Ray, decided the same way for grid and search studies: joining the
+    cluster at `address` (the `ray_address` option, else $RAY_ADDRESS) or, with none, an
+    embedded local Ray. `started` False: Ray was already running in this process when the
+    study began (its caller's, whose nodes are unknown), which counts as a cluster."""
+
+    address: str | None
+    started: bool = True
+
+    @classmethod
+    def of(cls, ray_address: str | None, started: bool = True) -> RayMode:
+        return cls(cluster_address(ray_address), started)
+
+    @property
+    def embedded(self) -> bool:
+        return self.started and self.address is None
+
+    def ship(self, nodes: int) -> bool:
+        """Whether to ship the prepared data to a Ray of `nodes` nodes (`ship_data`)."""
+        return ship_data(self.embedded, nodes)
+
+
 def start_ray(address: str | None) -> bool:
     """Join `address` (or $RAY_ADDRESS), else start an embedded local Ray; True if started."""
     quiet_ray_env()  # before the first `import ray` of this process
@@ -113,7 +147,7 @@ def start_ray(address: str | None) -> bool:
     _silence_raylet_messages()
     if ray.is_initialized():
         return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    address = cluster_address(address)
     kwargs = dict(logging_level=logging.ERROR, log_to_driver=False,
                   configure_logging=True)
     if address:
@@ -142,10 +176,10 @@ SESSION_MARK = "ablate_driver_pid"  # in an embedded Ray's session folder: the d
 
 def _session_dir() -> Path | None:
     """The session folder of the Ray this process started or joined, if any."""
-    from ablate.compat import ray_worker
+    from ablate.compat import ray_session_dir
 
-    node = getattr(ray_worker(), "_global_node", None)
-    return Path(node.get_session_dir_path()) if node is not None else None
+    session = ray_session_dir()  # a Ray without the private name: one line, not a silent skip
+    return Path(session) if session is not None else None
 
 
 def mark_session() -> Path | None:
@@ -341,8 +375,7 @@ def check_devices(study: Study, ray_address: str | None = None) -> None:
     if study.spec.gpus_per_trial != "auto" and float(study.spec.gpus_per_trial) == 0:
         raise ConfigError("device=cuda needs gpus_per_trial > 0 (or auto): a trial given no "
                           "GPU sees none")
-    address = ray_address or os.environ.get("RAY_ADDRESS")
-    if not address:
+    if not cluster_address(ray_address):
         import torch
 
         if not torch.cuda.is_available():
@@ -354,7 +387,7 @@ def check_devices(study: Study, ray_address: str | None = None) -> None:
 def check_resources_early(study: Study, ray_address: str | None = None) -> None:
     """Before Ray starts: an embedded Ray gets this machine's CPUs and GPUs, so a trial
     asking for more can never run (a cluster may still grow: checked once joined)."""
-    if ray_address or os.environ.get("RAY_ADDRESS"):
+    if cluster_address(ray_address):
         return
     ray = sys.modules.get("ray")  # not imported yet: no Ray is running in this process
     if ray is not None and ray.is_initialized():  # a Ray started by the caller decides

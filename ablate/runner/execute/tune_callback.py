@@ -239,24 +239,22 @@ def worker_deaths_as_trial_failures() -> None:
     whole study. Handed over as the actor's death instead, Tune records the trial as failed
     (`StoreCallback` writes its rows with `MEMORY_KILLED`), retries it per `max_failures` and
     goes on with the others. Only that error is handed over: every other error reaches Tune as
-    it is. The wrapped method is private to Tune: `ablate.compat` checks Ray's version first."""
+    it is. The wrapped method is private to Tune: `ablate.compat` wraps it, once, after
+    checking Ray's version and that the method is there."""
     from ray.exceptions import OutOfMemoryError, RayActorError
 
-    from ablate.compat import tune_actor_manager
+    from ablate.compat import wrap_actor_task_failed
 
-    manager = tune_actor_manager()
-    original = manager._actor_task_failed
-    if getattr(original, "_ablate", False):
-        return
+    def hand_over(original):
+        def failed(self, tracked_actor_task, exception):
+            if isinstance(exception, OutOfMemoryError):
+                text = " ".join(str(exception).split())[:300]
+                exception = RayActorError(error_msg=f"{type(exception).__name__}: {text}")
+            return original(self, tracked_actor_task, exception)
 
-    def failed(self, tracked_actor_task, exception):
-        if isinstance(exception, OutOfMemoryError):
-            text = " ".join(str(exception).split())[:300]
-            exception = RayActorError(error_msg=f"{type(exception).__name__}: {text}")
-        return original(self, tracked_actor_task, exception)
+        return failed
 
-    failed._ablate = True
-    manager._actor_task_failed = failed
+    wrap_actor_task_failed(hand_over)
 
 
 class StorageStop(tune.Stopper):

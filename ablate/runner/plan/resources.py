@@ -97,11 +97,9 @@ def node_memory_estimate() -> int:
     """Ray's ``memory`` resource of an embedded Ray started now on this machine: available
     memory less the object store, as Ray computes them (Ray's private helpers, through
     `ablate.compat`)."""
-    from ablate.compat import ray_utils
+    from ablate.compat import ray_node_memory
 
-    utils = ray_utils()
-    available = utils.estimate_available_memory()
-    return int(available - utils.resolve_object_store_memory(available))
+    return ray_node_memory()
 
 
 def cluster_node_memory() -> list[int]:

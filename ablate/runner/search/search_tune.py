@@ -197,10 +197,12 @@ def search_resources(spec, cfg, base: dict) -> tuple[dict[str, float], dict]:
     do (`ablate.runner.execute.driver`): its CPUs and the host memory of its members trained jointly
     (the trial kind's `host_memory` for cv_folds x seeds members on the arm's prepared data;
     a need no node holds is refused in one line), and the prepared file as object-store pieces
-    when Ray has more than one node or was joined (`ablate.runner.execute.ship`). `base` gets the
+    when Ray has more than one node or was joined (`ablate.runner.execute.ray_env.RayMode`: the
+    `ray_address` option, else $RAY_ADDRESS, the rule of grid studies). `base` gets the
     recipe's identity, which the worker needs to place the file."""
     import ray
 
+    from ablate.runner.execute.ray_env import RayMode
     from ablate.runner.execute.ship import dataset_pieces
     from ablate.runner.plan.resources import check_memory, cluster_node_memory, trials_memory
     from ablate.runner.study.study import make_trial
@@ -208,13 +210,13 @@ def search_resources(spec, cfg, base: dict) -> tuple[dict[str, float], dict]:
     trial = make_trial("graph", cfg)
     members = (spec.cv_folds or 1) * len(cfg.seeds)
     need = trials_memory([trial] * members) if trial.data_hash else None
-    embedded = not spec.ray_address
+    mode = RayMode.of(spec.ray_address)  # the option, else $RAY_ADDRESS, as `start_ray` joins
     ship = False
     if ray.is_initialized():  # (a Tuner stood in for by a test runs without Ray)
-        warning = check_memory({"search": need}, cluster_node_memory(), embedded=embedded)
+        warning = check_memory({"search": need}, cluster_node_memory(), embedded=mode.embedded)
         if warning:
             print(warning, flush=True)
-        ship = not embedded or len(ray.nodes()) > 1
+        ship = mode.ship(len(ray.nodes()))
     base.update(dataset=trial.dataset, data_params=trial.data_params, data_hash=trial.data_hash)
     resources = {"cpu": spec.cpus_per_trial, "memory": float(need or 0)}
     return resources, dataset_pieces([trial], ship)

@@ -1,0 +1,150 @@
+"""Embedded Ray or a cluster, and whether the prepared data is shipped: one rule for grid and
+search studies (`ablate.runner.execute.ray_env.RayMode`, issue 42 item 7).
+
+The `ray_address` option wins, else $RAY_ADDRESS, else an embedded local Ray, as `start_ray`
+joins; a joined cluster always gets the data through the object store, an embedded Ray only
+once it has more than one node. Each decision is checked through $RAY_ADDRESS without
+starting a cluster: the pure rule, `start_ray`'s join (ray.init stood in for), a grid study's
+start (Ray's starter and Tune stood in for) and a search trial's resources.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
+
+from ablate.runner.execute import ray_env  # noqa: E402
+from ablate.runner.execute.ray_env import RayMode, cluster_address, ship_data  # noqa: E402
+
+CLUSTER = "10.0.0.1:6379"
+OPTION = "10.0.0.2:6379"
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def test_without_option_or_env_a_run_is_embedded_and_ships_only_to_other_nodes(no_env):
+    mode = RayMode.of(None)
+    assert cluster_address(None) is None and cluster_address("") is None
+    assert mode.address is None and mode.embedded
+    assert not mode.ship(1) and mode.ship(2)  # a second node has its own disk
+
+
+def test_ray_address_env_joins_a_cluster_and_ships(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", CLUSTER)
+    mode = RayMode.of(None)
+    assert cluster_address(None) == CLUSTER and mode.address == CLUSTER
+    assert not mode.embedded and mode.ship(1) and mode.ship(3)
+
+
+def test_an_explicit_ray_address_option_wins_over_the_env(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", CLUSTER)
+    assert cluster_address(OPTION) == OPTION and RayMode.of(OPTION).address == OPTION
+    monkeypatch.setenv("RAY_ADDRESS", "")  # set but empty: no cluster
+    assert RayMode.of(None).embedded and cluster_address(None) is None
+
+
+def test_a_ray_the_caller_started_counts_as_a_cluster(no_env):
+    mode = RayMode.of(None, started=False)
+    assert not mode.embedded and mode.ship(1)
+    assert ship_data(True, 1) is False and ship_data(True, 2) and ship_data(False, 1)
+
+
+@pytest.mark.parametrize("option, env, joined", [
+    (None, CLUSTER, CLUSTER), (OPTION, CLUSTER, OPTION), (OPTION, None, OPTION)])
+def test_start_ray_joins_what_the_rule_names(monkeypatch, option, env, joined):
+    import ray
+
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    assert ray_env.start_ray(option) is True
+    assert [c["address"] for c in calls] == [joined] == [RayMode.of(option).address]
+
+
+class _Starter:
+    """`RayStarter` stood in for: records the address it was given, starts nothing."""
+
+    def __init__(self, address):
+        self.address, self.seconds = address, 0.0
+        _Starter.made.append(self)
+
+    def wait(self, raise_errors=True):
+        return True
+
+
+def _grid_start(monkeypatch, option) -> tuple[str | None, bool]:
+    """A grid study's start (`driver._start_and_run`) with no trial and nothing started: the
+    address its Ray starter got and whether Tune's run is told the Ray is embedded."""
+    from ablate.runner.execute import driver
+
+    seen = {}
+    _Starter.made = []
+    monkeypatch.setattr(driver, "RayStarter", _Starter)
+    monkeypatch.setattr(driver, "prepare_datasets", lambda *a, **k: {})
+    monkeypatch.setattr(driver, "node_memory_estimate", lambda: 1 << 40)
+    monkeypatch.setattr(driver, "_stop_ray", lambda *a, **k: None)
+    monkeypatch.setattr(driver, "_run_tune",
+                        lambda *a, embedded, **k: seen.setdefault("embedded", embedded))
+    summary = SimpleNamespace(timings={}, signal=None, remaining=[])
+    display = SimpleNamespace(step=lambda *a, **k: None)
+    driver._start_and_run(None, [], None, summary, option, display, io.StringIO(), 0.0)
+    [starter] = _Starter.made
+    return starter.address, seen["embedded"]
+
+
+def test_a_grid_study_decides_by_the_same_rule(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _grid_start(monkeypatch, None) == (None, True)
+    monkeypatch.setenv("RAY_ADDRESS", CLUSTER)
+    assert _grid_start(monkeypatch, None) == (CLUSTER, False)
+    assert _grid_start(monkeypatch, OPTION) == (OPTION, False)
+
+
+def _search_ship(monkeypatch, option_args: list[str], nodes: int) -> tuple[bool, bool]:
+    """A search trial's resources (`search_tune.search_resources`) with Ray stood in for (up,
+    `nodes` nodes): whether its data is shipped and whether the memory check saw an
+    embedded Ray."""
+    import ray
+
+    import ablate.runner.execute.ship as ship
+    import ablate.runner.plan.resources as resources
+    from ablate.runner.search import search_tune
+    from ablate.runner.search.search import load_search_spec
+    from ablate.runner.study.search_spec import arm_config
+
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [f"arms={arm}", *option_args])
+    cfg = arm_config(spec, arm)
+    got = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}] * nodes)
+    monkeypatch.setattr(resources, "cluster_node_memory", lambda: [1 << 40])
+    monkeypatch.setattr(resources, "trials_memory", lambda trials: 1 << 20)
+    monkeypatch.setattr(resources, "check_memory",
+                        lambda needs, have, embedded: got.setdefault("embedded", embedded) and "")
+    monkeypatch.setattr(ship, "dataset_pieces", lambda trials, shipped: got.setdefault("ship", shipped))
+    search_tune.search_resources(spec, cfg, {})
+    return got["ship"], got["embedded"]
+
+
+def test_a_search_study_decides_by_the_same_rule_through_ray_address(monkeypatch, tmp_path):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _search_ship(monkeypatch, [], nodes=1) == (False, True)  # embedded, one node
+    assert _search_ship(monkeypatch, [], nodes=2) == (True, True)
+    monkeypatch.setenv("RAY_ADDRESS", CLUSTER)  # the env alone: a cluster, as start_ray joins
+    assert _search_ship(monkeypatch, [], nodes=1) == (True, False)
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert _search_ship(monkeypatch, [f"ray_address={OPTION}"], nodes=1) == (True, False)
