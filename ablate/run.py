@@ -247,7 +247,9 @@ def _main(argv: list[str]) -> int:
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
             notes = check_data_paths(study)
-            memory = memory_plan(study, embedded=not options["ray_address"])  # or 2
+            from ablate.runner.execute.ray_env import RayMode
+
+            memory = memory_plan(study, embedded=RayMode.of(options["ray_address"]).embedded)
             writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2
             print(dry_run(study, options))
             print(memory)

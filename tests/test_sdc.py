@@ -314,6 +314,10 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
     store.write(t.trial_id, cb.error_rows(t.trial_id, "error", "RuntimeError: boom"), kind="sdc")
     df = load_study("sdc", tmp_path / "sdc").trials  # refuses files without 'dataset'
     assert set(df["status"]) == {"error"} and set(df["dataset"]) == {t.config.dataset}
+    # the driver's provenance, by the one rule every trial row follows (issue 42 item 8)
+    from ablate.trial.provenance import git_dirty, git_sha
+
+    assert set(df["git_sha"]) == {git_sha()} and set(df["git_dirty"]) == {git_dirty()}
 
 
 def test_sdc_trial_ids_are_those_of_earlier_versions() -> None:

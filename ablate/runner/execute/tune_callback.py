@@ -151,8 +151,15 @@ class StoreCallback(tune.Callback):
                 self.display.retry(tid)
 
     def error_rows(self, tid: str, status: str, error: str) -> list[dict]:
+        import os
+
+        from ablate.trial.provenance import git_dirty, git_sha
+
         t = self.trials[tid]
         base = trial_kind(t.kind).columns(t.config)  # every axis, 'dataset' included
+        # the driver's provenance (the code that planned and recorded the failure), as every
+        # trial row carries its worker's: one rule for "modified tree" (issue 42 item 8)
+        base.update(git_sha=git_sha(), git_dirty=git_dirty(), host=os.uname().nodename)
         if t.data_hash:
             base["dataset_hash"] = t.data_hash
         splits = self.splits.get(t.data_hash) or list(getattr(t.config, "eval_splits", [""]))
