@@ -112,7 +112,8 @@ def test_a_grid_study_decides_by_the_same_rule(monkeypatch):
     assert _grid_start(monkeypatch, OPTION) == (OPTION, False)
 
 
-def _search_ship(monkeypatch, option_args: list[str], nodes: int) -> tuple[bool, bool]:
+def _search_ship(monkeypatch, option_args: list[str], nodes: int,
+                 started: bool = True) -> tuple[bool, bool]:
     """A search trial's resources (`search_tune.search_resources`) with Ray stood in for (up,
     `nodes` nodes): whether its data is shipped and whether the memory check saw an
     embedded Ray."""
@@ -135,7 +136,7 @@ def _search_ship(monkeypatch, option_args: list[str], nodes: int) -> tuple[bool,
     monkeypatch.setattr(resources, "check_memory",
                         lambda needs, have, embedded: got.setdefault("embedded", embedded) and "")
     monkeypatch.setattr(ship, "dataset_pieces", lambda trials, shipped: got.setdefault("ship", shipped))
-    search_tune.search_resources(spec, cfg, {})
+    search_tune.search_resources(spec, cfg, {}, started)
     return got["ship"], got["embedded"]
 
 
@@ -148,3 +149,5 @@ def test_a_search_study_decides_by_the_same_rule_through_ray_address(monkeypatch
     assert _search_ship(monkeypatch, [], nodes=1) == (True, False)
     monkeypatch.delenv("RAY_ADDRESS")
     assert _search_ship(monkeypatch, [f"ray_address={OPTION}"], nodes=1) == (True, False)
+    # a Ray already running in this process when the search began: a cluster, as for grids
+    assert _search_ship(monkeypatch, [], nodes=1, started=False) == (True, False)

@@ -90,9 +90,9 @@ def main(name: str, argv: list[str]) -> int:
         for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
             for cfg in (arm_config(spec, arm), final_config(spec, arm)):
                 load_graphsets(cfg.dataset, **cfg.data_kwargs)
-        start_ray(spec.ray_address)
+        started = start_ray(spec.ray_address)  # False: joined a Ray already running here
         for arm in spec.arms:
-            n = run_search(spec, arm, store)
+            n = run_search(spec, arm, store, started)
             best = best_trial(store, arm)
             print(f"{arm}: {n} new search trials", flush=True)
             if best is not None:

@@ -145,7 +145,7 @@ def trials_to_run(spec: SearchSpec, study) -> int:
     return max(n_new, 0)
 
 
-def run_search(spec: SearchSpec, arm: str, store) -> int:
+def run_search(spec: SearchSpec, arm: str, store, started: bool = True) -> int:
     """Run this arm's Optuna/Tune search (n_trials more, up to max_trials); the trials written.
 
     Needs a running Ray (`ablate.runner.execute.ray_env.start_ray`)."""
@@ -175,7 +175,7 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
     writer = store_writer(store, spec, arm, cfg.epochs)
     base = {"spec": spec, "arm": arm, "cpus": spec.cpus_per_trial,
             "cache_dir": os.environ.get("ABLATE_CACHE")}
-    resources, pieces = search_resources(spec, cfg, base)
+    resources, pieces = search_resources(spec, cfg, base, started)
     fn = tune.with_resources(tune.with_parameters(search_trainable, base=base, pieces=pieces),
                              resources)
     worker_deaths_as_trial_failures()  # a memory kill reaches Tune as the worker's death
@@ -192,7 +192,7 @@ def run_search(spec: SearchSpec, arm: str, store) -> int:
     return len(writer.written)
 
 
-def search_resources(spec, cfg, base: dict) -> tuple[dict[str, float], dict]:
+def search_resources(spec, cfg, base: dict, started: bool = True) -> tuple[dict[str, float], dict]:
     """What one search trial asks of Ray and the data it needs on other nodes, as grid studies
     do (`ablate.runner.execute.driver`): its CPUs and the host memory of its members trained jointly
     (the trial kind's `host_memory` for cv_folds x seeds members on the arm's prepared data;
@@ -210,7 +210,9 @@ def search_resources(spec, cfg, base: dict) -> tuple[dict[str, float], dict]:
     trial = make_trial("graph", cfg)
     members = (spec.cv_folds or 1) * len(cfg.seeds)
     need = trials_memory([trial] * members) if trial.data_hash else None
-    mode = RayMode.of(spec.ray_address)  # the option, else $RAY_ADDRESS, as `start_ray` joins
+    # the option, else $RAY_ADDRESS, as `start_ray` joins; a Ray already running in this process
+    # when the study began (`started` False) counts as a cluster, as for grid studies
+    mode = RayMode.of(spec.ray_address, started)
     ship = False
     if ray.is_initialized():  # (a Tuner stood in for by a test runs without Ray)
         warning = check_memory({"search": need}, cluster_node_memory(), embedded=mode.embedded)
