@@ -220,7 +220,7 @@ def _main(argv: list[str]) -> int:
             names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
             print(help_text(names[-1] if names else None))
             return 0
-        from ablate.runner.search.search import is_search_study
+        from ablate.runner.study.search_spec import is_search_study
 
         if is_search_study(_study_name(argv)):  # kind: search -> Optuna through Ray Tune
             from ablate.runner.search.search import main as search_main

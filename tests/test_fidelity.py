@@ -66,7 +66,7 @@ def _model_identity(cfg) -> str:
 
 
 def _grid_studies() -> list[str]:
-    from ablate.runner.search.search import is_search_study
+    from ablate.runner.study.search_spec import is_search_study
 
     return sorted(s for s in list_studies() if not is_search_study(s))
 

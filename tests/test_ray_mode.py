@@ -122,8 +122,7 @@ def _search_ship(monkeypatch, option_args: list[str], nodes: int,
     import ablate.runner.execute.ship as ship
     import ablate.runner.plan.resources as resources
     from ablate.runner.search import search_tune
-    from ablate.runner.search.search import load_search_spec
-    from ablate.runner.study.search_spec import arm_config
+    from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     arm = "colors_chebygin_unsup"
     spec = load_search_spec("threshold_search", [f"arms={arm}", *option_args])

@@ -97,7 +97,8 @@ def test_tu_split_seed_changes_the_split(tu_dir):
 def test_tu_search_spec_tunes_the_reference_space(tu_dir):
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from ablate.runner.search.search import arm_config, build_space, final_jobs, load_search_spec
+    from ablate.runner.search.search_final import final_jobs
+    from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
 
     assert load_search_spec("tu_search", []).data == {}  # no data.path: downloaded on first use
     with pytest.raises(ConfigError, match="final_data"):
@@ -127,7 +128,8 @@ def test_tu_search_spec_tunes_the_reference_space(tu_dir):
 
 
 def test_cv_folds_partition_train_and_val(tu_dir):
-    from ablate.runner.search.search import arm_config, cv_splits, load_search_spec, objective, search_splits
+    from ablate.runner.search.search_trial import cv_splits, objective, search_splits
+    from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY])
     splits = search_splits(arm_config(spec, "proteins_weak"))
@@ -148,13 +150,8 @@ def test_cv_folds_partition_train_and_val(tu_dir):
 
 
 def test_train_jointly_one_member_per_fold_and_seed(tu_dir):
-    from ablate.runner.search.search import (
-        arm_config,
-        cv_splits,
-        load_search_spec,
-        search_splits,
-        train_jointly,
-    )
+    from ablate.runner.search.search_trial import cv_splits, search_splits, train_jointly
+    from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY, "epochs=2", "seeds=[0,1]"])
     cfg = arm_config(spec, "proteins_weak", threshold=0.01, scorer="fc_hidden")

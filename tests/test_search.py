@@ -34,7 +34,7 @@ def _cache(tmp_path_factory, monkeypatch):
 def test_search_spec_takes_the_override_forms_of_every_study(overrides):
     """One grammar: the same overrides give the same seeds and axes in a search study as in an
     ordinary study (both composed by ablate.runner.study.study)."""
-    from ablate.runner.search.search import arm_config, load_search_spec
+    from ablate.runner.study.search_spec import arm_config, load_search_spec
     from ablate.runner.study.study import build_study
 
     study, _ = build_study("threshold", overrides)
@@ -48,7 +48,7 @@ def test_search_spec_takes_the_override_forms_of_every_study(overrides):
 
 
 def test_search_spec_keys_sections_and_errors():
-    from ablate.runner.search.search import build_space, final_config, load_search_spec
+    from ablate.runner.study.search_spec import build_space, final_config, load_search_spec
     from ablate.runner.study.study import build_study
 
     spec = load_search_spec("threshold_search", [
@@ -95,13 +95,8 @@ def test_cli_unknown_key_exits_2_and_dry_run_lists_arms(capsys):
 
 def test_objective_sees_train_and_val_only():
     """The trainable's data: no test split is loaded, and every seed reports a val accuracy."""
-    from ablate.runner.search.search import (
-        arm_config,
-        build_space,
-        load_search_spec,
-        search_splits,
-        train_jointly,
-    )
+    from ablate.runner.search.search_trial import search_splits, train_jointly
+    from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "epochs=2", "arms=colors_chebygin_sup"])
     cfg = arm_config(spec, "colors_chebygin_sup", threshold=0.01)
@@ -122,14 +117,9 @@ def test_run_search_rows_resume_cap_and_final_rows(ray_env):
 
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.execute.store import Store
-    from ablate.runner.search.search import (
-        best_trial,
-        final_evaluation,
-        load_search_spec,
-        open_study,
-        run_search,
-        summary,
-    )
+    from ablate.runner.search.search_final import best_trial, final_evaluation, summary
+    from ablate.runner.search.search_tune import open_study, run_search
+    from ablate.runner.study.search_spec import load_search_spec
 
     arm = "colors_chebygin_unsup"
     spec = load_search_spec("threshold_search", [
@@ -246,7 +236,8 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.runner.search.search import DefineSpace, arm_config, build_space, load_search_spec
+    from ablate.runner.search.search_tune import DefineSpace
+    from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "arms=colors_chebygin_unsup"])
     space = build_space(spec.search, arm_config(spec, "colors_chebygin_unsup"))
@@ -275,7 +266,7 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     half-made database, and a leftover temp file is cleared by the next run."""
     import optuna
 
-    from ablate.runner.search.search import create_db
+    from ablate.runner.search.search_tune import create_db
 
     db = tmp_path / "optuna.db"
     (tmp_path / ".optuna.db.999.tmp").write_bytes(b"half-made")
@@ -296,8 +287,8 @@ def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.execute.store import Store
     from ablate.runner.search import search_tune
-    from ablate.runner.search.search import load_search_spec, run_search
-    from ablate.runner.study.search_spec import arm_config
+    from ablate.runner.search.search_tune import run_search
+    from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     driver_cache, node_cache = tmp_path / "driver", tmp_path / "node2"
     monkeypatch.delenv("ABLATE_CACHE", raising=False)  # each node its own disk

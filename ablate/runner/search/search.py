@@ -17,45 +17,22 @@ runs `main`, which per arm
 The modules: `search_spec` (the study file and overrides, composed by
 `ablate.runner.study.compose`; arms and space), `search_trial` (the Tune trainable),
 `search_tune` (Optuna study, Tune run, store rows), `search_final` (best trial,
-final evaluation, summary). Their public names are re-exported here.
+final evaluation, summary). Each name is imported from the module that defines it;
+this one holds only the entry point (`main`) and the dry-run text (`describe`).
 """
 
 from __future__ import annotations
 
 from ablate.runner.search.search_final import best_trial, final_evaluation, final_jobs, summary
-from ablate.runner.search.search_trial import (
-    SEARCH_SPLITS,
-    cv_splits,
-    objective,
-    search_splits,
-    search_trainable,
-    train_jointly,
-)
-from ablate.runner.search.search_tune import DefineSpace, create_db, open_study, run_search
+from ablate.runner.search.search_tune import run_search
 from ablate.runner.study.compose import locate_study
 from ablate.runner.study.search_spec import (
-    CHOICES,
-    METRIC,
-    MODE,
-    OBJECTIVES,
-    PARAMS,
-    RANGES,
     SearchSpec,
     arm_config,
     build_space,
     final_config,
-    is_search_study,
     load_search_spec,
-    members,
 )
-
-__all__ = [
-    "CHOICES", "METRIC", "MODE", "OBJECTIVES", "PARAMS", "RANGES", "SEARCH_SPLITS",
-    "DefineSpace", "SearchSpec", "arm_config", "best_trial", "build_space", "create_db",
-    "cv_splits", "final_config", "final_evaluation", "final_jobs", "is_search_study",
-    "load_search_spec", "main", "members", "objective", "open_study", "run_search",
-    "search_splits", "search_trainable", "summary", "train_jointly",
-]
 
 
 def describe(spec: SearchSpec) -> str:
