@@ -246,6 +246,7 @@ def test_a_traced_loss_reads_the_step_from_its_tensor():
 
 
 def _id(**kw) -> str:
+    kw.setdefault("lr_timing", "early")  # the LR timing of then (`CHANGED_DEFAULTS`, issue 41)
     c = resolve(TrialConfig(**kw))
     return trial_id(c, dataset_recipe_hash(c.dataset, dict(c.data_params)))
 

@@ -19,7 +19,7 @@ from torch import nn
 from ablate.config import EXECUTION_FIELDS, TrialConfig, axes, resolve, trial_id
 from ablate.models.network import GraphNet
 from ablate.runner.study.compose import list_studies
-from ablate.runner.study.study import build_study
+from ablate.runner.study.expand import build_study
 from ablate.trial.evaluate import pool_test_auc
 from ablate.trial.setup import init_cosine, optimal_projection
 from ablate.trial.weak import weak_floor
@@ -166,6 +166,7 @@ def test_fc_hidden_init_change_renames_only_the_trials_it_changes():
     from ablate.data import dataset_recipe_hash
 
     def _id(**kw):
+        kw.setdefault("lr_timing", "early")  # the LR timing of then (issue 41)
         c = resolve(TrialConfig(**kw))
         return trial_id(c, dataset_recipe_hash(c.dataset, dict(c.data_params)))
 
