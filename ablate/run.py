@@ -43,8 +43,8 @@ from ablate.runner.study.compose import (  # noqa: E402
     load_spec,
     study_files,
 )
+from ablate.runner.study.expand import build_study  # noqa: E402
 from ablate.runner.study.kinds import NOT_AXES, trial_kind  # noqa: E402
-from ablate.runner.study.study import build_study  # noqa: E402
 from ablate.runner.study.trial_table import fixed_axes, trial_table  # noqa: E402
 
 USAGE = "usage: python -m ablate.run study=NAME|PATH [key=value ...] [--help]"
@@ -223,7 +223,7 @@ def _main(argv: list[str]) -> int:
         from ablate.runner.study.search_spec import is_search_study
 
         if is_search_study(_study_name(argv)):  # kind: search -> Optuna through Ray Tune
-            from ablate.runner.search.search import main as search_main
+            from ablate.runner.search.entry import main as search_main
 
             return search_main(_study_name(argv), argv)
         display = _display(argv)  # the live line, from the planning step on

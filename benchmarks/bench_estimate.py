@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 def _estimate(study: str, args: list[str], results: Path, mode: str):
     from ablate.runner.plan.estimate import estimate
-    from ablate.runner.study.study import build_study
+    from ablate.runner.study.expand import build_study
 
     built, _ = build_study(study, args)
     return estimate(built, results, mode)
@@ -66,7 +66,7 @@ def readme_rows(results: Path, studies: list[str]) -> None:
         except Exception as e:  # noqa: BLE001 - a study this machine cannot plan
             print(f"| `{study}` | | not planned here ({type(e).__name__}) | |")
             continue
-        from ablate.runner.study.study import build_study
+        from ablate.runner.study.expand import build_study
 
         built, _ = build_study(study)
         seeds = sum(len(t.config.seeds) for t in built.trials)

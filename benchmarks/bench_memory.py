@@ -171,7 +171,7 @@ def child_evaluate(name: str, params: dict) -> dict:
     from ablate.config import TrialConfig, resolve
     from ablate.data import dataset_recipe_hash, load_graphsets
     from ablate.runner.plan.resources import trials_memory
-    from ablate.runner.study.study import Trial
+    from ablate.runner.study.expand import Trial
     from ablate.trial.batches import eval_batches
     from ablate.trial.evaluate import evaluate, loo_plan
     from ablate.trial.setup import model_sizes, prepare_process, seeded_model
@@ -200,7 +200,7 @@ def child_e2e(params: dict, results: str) -> dict:
     from ablate.runner.execute.store import read_trials
     from ablate.runner.plan.resources import trials_memory
     from ablate.runner.study.compose import StudySpec
-    from ablate.runner.study.study import Study, expand
+    from ablate.runner.study.expand import Study, expand
 
     spec = StudySpec(name="e2e", fixed={"dataset": "mnist_sp", "epochs": 1},
                      data=dict(params), variants=[{"backbone": "chebygin_ref", "pool_layers": []},

@@ -49,7 +49,7 @@ DATA = {"n_val": 500, "n_test": 1000}  # test splits: 1,000 graphs each (referen
 def build(units: int, epochs: int, seeds_per_trial: int):
     """The benchmark study: len(ROWS) model rows x (units / len(ROWS)) seeds."""
     from ablate.runner.study.compose import StudySpec
-    from ablate.runner.study.study import Study, expand
+    from ablate.runner.study.expand import Study, expand
 
     n_seeds = -(-units // len(ROWS))
     spec = StudySpec(name="bench", fixed={"dataset": "colors", "epochs": epochs},

@@ -427,7 +427,7 @@ def studies() -> str:
     """The README's studies table: size from the study files, walls from benchmark output."""
     sys.path.insert(0, str(ROOT))
     from ablate.runner.study.compose import list_studies, load_spec, seed_list, study_file
-    from ablate.runner.study.study import plan_size
+    from ablate.runner.study.expand import plan_size
 
     walls = _estimate_walls()
     runs = {}  # study -> the latest complete run of `study_wall.py` (its JSON lines)

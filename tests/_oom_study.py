@@ -68,8 +68,8 @@ def main(results: str, calm: str) -> int:
     from ablate.runner.execute.driver import run_study
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.study.compose import StudySpec
+    from ablate.runner.study.expand import Study, expand
     from ablate.runner.study.kinds import TRIAL_KINDS
-    from ablate.runner.study.study import Study, expand
 
     TRIAL_KINDS["hog"] = "_oom_study:HOG"
     spec = StudySpec(name="oom", kind="hog", fixed={"+calm": calm},

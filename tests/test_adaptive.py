@@ -16,7 +16,7 @@ import pytest
 from ablate.errors import ConfigError
 from ablate.run import main
 from ablate.runner.plan import adaptive as ad
-from ablate.runner.study.study import build_study
+from ablate.runner.study.expand import build_study
 
 TINY = """\
 description: tiny adaptive

@@ -16,7 +16,7 @@ from ablate.config import ADDED_AXES, TrialConfig, inapplicable, resolve, trial_
 from ablate.data import dataset_recipe_hash
 from ablate.models.layers import Graph
 from ablate.models.pooling import AttentionPool
-from ablate.runner.study.study import build_study
+from ablate.runner.study.expand import build_study
 from analysis import load
 
 

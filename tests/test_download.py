@@ -375,7 +375,7 @@ def test_once_per_cluster_the_driver_fetches_and_other_nodes_get_the_prepared_ca
     from ablate.runner.execute.driver import run_study
     from ablate.runner.execute.store import read_trials
     from ablate.runner.study.compose import StudySpec
-    from ablate.runner.study.study import Study, expand
+    from ablate.runner.study.expand import Study, expand
 
     driver_cache, node_cache = tmp_path / "driver", tmp_path / "node2"
     # Each node has its own disk: no $ABLATE_CACHE to pass on; the driver process alone

@@ -34,7 +34,7 @@ from ablate.runner.execute.ray_env import (  # noqa: E402
 from ablate.runner.execute.signals import Terminated  # noqa: E402
 from ablate.runner.execute.store import PLAN, Store  # noqa: E402
 from ablate.runner.study.compose import StudySpec  # noqa: E402
-from ablate.runner.study.study import Study, build_study, expand  # noqa: E402
+from ablate.runner.study.expand import Study, build_study, expand  # noqa: E402
 from analysis.report import default_out  # noqa: E402
 from analysis.report import main as report_main  # noqa: E402
 from analysis.synthetic import trial_record, write_trials  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 from ablate.run import main
 from ablate.runner.execute.store import read_trials
 from ablate.runner.plan import estimate as est
-from ablate.runner.study.study import build_study
+from ablate.runner.study.expand import build_study
 
 TINY = """
 description: estimate test

@@ -22,7 +22,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 from ablate.runner.execute.progress import Progress  # noqa: E402
 from ablate.runner.execute.signals import RESUME  # noqa: E402
 from ablate.runner.study.compose import StudySpec  # noqa: E402
-from ablate.runner.study.study import Study, check_plan_size, expand, plan_size  # noqa: E402
+from ablate.runner.study.expand import Study, check_plan_size, expand, plan_size  # noqa: E402
 
 
 def _descriptions(n: int) -> list[dict]:
@@ -129,8 +129,8 @@ def test_the_scheduler_never_walks_the_finished_trials(monkeypatch):
 def test_a_study_above_the_trial_limit_stops_before_anything_runs(tmp_path, capsys,
                                                                    monkeypatch):
     from ablate import run
-    from ablate.runner.search import search  # noqa: F401 (imported before the patch below)
-    from ablate.runner.study import study as study_module
+    from ablate.runner.search import entry  # noqa: F401 (imported before the patch below)
+    from ablate.runner.study import expand as study_module
 
     def never(*a, **kw):
         raise AssertionError("a trial was built")
@@ -225,7 +225,7 @@ def test_search_studies_hand_tune_small_fixed_size_trials(tmp_path, monkeypatch)
     from ray import tune
 
     from ablate.runner.execute.store import Store
-    from ablate.runner.search.search_tune import run_search
+    from ablate.runner.search.tuning import run_search
     from ablate.runner.study.search_spec import load_search_spec
 
     got = {}

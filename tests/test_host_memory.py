@@ -57,8 +57,8 @@ def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, m
     from ablate.runner.execute.driver import run_study
     from ablate.runner.plan.resources import trials_memory
     from ablate.runner.study.compose import StudySpec
+    from ablate.runner.study.expand import Study, expand
     from ablate.runner.study.kinds import TRIAL_KINDS
-    from ablate.runner.study.study import Study, expand
 
     monkeypatch.setitem(TRIAL_KINDS, "memheld", "_memory_kinds:HELD")
     data = {"n_train": 30, "n_val": 20, "n_test": 20, "n_max_large": 30}

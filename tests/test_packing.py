@@ -21,8 +21,8 @@ from ablate.runner.execute.ray_env import start_ray  # noqa: E402
 from ablate.runner.execute.store import read_trials  # noqa: E402
 from ablate.runner.plan.packing import GPU_PACK_SEEDS, make_packs, pack_seeds  # noqa: E402
 from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.expand import Study, build_study, expand  # noqa: E402
 from ablate.runner.study.kinds import TRIAL_KINDS  # noqa: E402
-from ablate.runner.study.study import Study, build_study, expand  # noqa: E402
 from ablate.trial.graph import run_trial_full  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

@@ -114,14 +114,14 @@ def test_a_grid_study_decides_by_the_same_rule(monkeypatch):
 
 def _search_ship(monkeypatch, option_args: list[str], nodes: int,
                  started: bool = True) -> tuple[bool, bool]:
-    """A search trial's resources (`search_tune.search_resources`) with Ray stood in for (up,
+    """A search trial's resources (`tuning.search_resources`) with Ray stood in for (up,
     `nodes` nodes): whether its data is shipped and whether the memory check saw an
     embedded Ray."""
     import ray
 
     import ablate.runner.execute.ship as ship
     import ablate.runner.plan.resources as resources
-    from ablate.runner.search import search_tune
+    from ablate.runner.search import tuning
     from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     arm = "colors_chebygin_unsup"
@@ -135,7 +135,7 @@ def _search_ship(monkeypatch, option_args: list[str], nodes: int,
     monkeypatch.setattr(resources, "check_memory",
                         lambda needs, have, embedded: got.setdefault("embedded", embedded) and "")
     monkeypatch.setattr(ship, "dataset_pieces", lambda trials, shipped: got.setdefault("ship", shipped))
-    search_tune.search_resources(spec, cfg, {}, started)
+    tuning.search_resources(spec, cfg, {}, started)
     return got["ship"], got["embedded"]
 
 

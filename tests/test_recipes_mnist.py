@@ -76,7 +76,7 @@ def test_mnist_final_trains_on_train_and_val(mnist_dir, monkeypatch):
 
 
 def test_mnist_study_follows_reference_script():
-    from ablate.runner.study.study import build_study
+    from ablate.runner.study.expand import build_study
 
     study, _ = build_study("mnist", ["data.path=/data"])
     cfgs = [t.config for t in study.trials]

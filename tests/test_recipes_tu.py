@@ -50,7 +50,7 @@ def test_tu_final_trains_on_all_train_val_graphs(tu_dir):
 
 
 def test_tu_study_is_the_reference_recipe():
-    from ablate.runner.study.study import build_study
+    from ablate.runner.study.expand import build_study
 
     study, _ = build_study("tu", ["data.path=/data"])
     cfgs = [t.config for t in study.trials]
@@ -73,7 +73,7 @@ def test_tu_study_is_the_reference_recipe():
 def test_tu_study_draws_a_split_per_seed_and_keeps_collab_init():
     """study=tu as the reference runs it: every run its own data seed (here split_seed = seed),
     so the ten runs of a row see ten splits; COLLAB's weak row keeps the framework's init."""
-    from ablate.runner.study.study import build_study
+    from ablate.runner.study.expand import build_study
 
     study, _ = build_study("tu")
     for dataset in ("proteins", "dd", "collab"):
@@ -97,7 +97,7 @@ def test_tu_split_seed_changes_the_split(tu_dir):
 def test_tu_search_spec_tunes_the_reference_space(tu_dir):
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from ablate.runner.search.search_final import final_jobs
+    from ablate.runner.search.final import final_jobs
     from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
 
     assert load_search_spec("tu_search", []).data == {}  # no data.path: downloaded on first use
@@ -128,7 +128,7 @@ def test_tu_search_spec_tunes_the_reference_space(tu_dir):
 
 
 def test_cv_folds_partition_train_and_val(tu_dir):
-    from ablate.runner.search.search_trial import cv_splits, objective, search_splits
+    from ablate.runner.search.trainable import cv_splits, objective, search_splits
     from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY])
@@ -150,7 +150,7 @@ def test_cv_folds_partition_train_and_val(tu_dir):
 
 
 def test_train_jointly_one_member_per_fold_and_seed(tu_dir):
-    from ablate.runner.search.search_trial import cv_splits, search_splits, train_jointly
+    from ablate.runner.search.trainable import cv_splits, search_splits, train_jointly
     from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     spec = load_search_spec("tu_search", [f"data.path={tu_dir}", *TINY, "epochs=2", "seeds=[0,1]"])

@@ -286,9 +286,9 @@ def test_short_training_reaches_high_accuracy_with_low_focus() -> None:
 
 
 def test_study_file_expands(monkeypatch) -> None:
-    from ablate.runner.study import study
+    from ablate.runner.study import expand
 
-    s, _ = study.build_study("sdc")
+    s, _ = expand.build_study("sdc")
     cfgs = [t.config for t in s.trials]
     assert len(cfgs) == 5 * 5 * 5 and len({t.trial_id for t in s.trials}) == len(cfgs)
     assert {c.normalizer for c in cfgs} == {"softmax", "softmax_entropy", "sparsemax",
@@ -304,7 +304,7 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
     which `analysis.load` requires of every trial file)."""
     from ablate.runner.execute.store import Store
     from ablate.runner.execute.tune_callback import StoreCallback
-    from ablate.runner.study.study import build_study
+    from ablate.runner.study.expand import build_study
     from analysis.load import load_study
 
     s, _ = build_study("sdc", ["task=digits", "seed=0"])
@@ -322,7 +322,7 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
 
 def test_sdc_trial_ids_are_those_of_earlier_versions() -> None:
     """Stores written before the trial-kind interface keep their completed SDC trials."""
-    from ablate.runner.study.study import build_study
+    from ablate.runner.study.expand import build_study
 
     s, _ = build_study("sdc", ["task=digits", "seed=0"])
     # computed by commit acfd8d0 (before ablate.trial.kind existed)

@@ -1,4 +1,4 @@
-"""Optuna search through Ray Tune (ablate.runner.search.search): composition of a search spec, splits,
+"""Optuna search through Ray Tune (ablate.runner.search.entry): composition of a search spec, splits,
 store rows, resume and cap, final evaluation, resume after SIGKILL, optimum."""
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def _cache(tmp_path_factory, monkeypatch):
 ])
 def test_search_spec_takes_the_override_forms_of_every_study(overrides):
     """One grammar: the same overrides give the same seeds and axes in a search study as in an
-    ordinary study (both composed by ablate.runner.study.study)."""
+    ordinary study (both composed by ablate.runner.study.expand)."""
+    from ablate.runner.study.expand import build_study
     from ablate.runner.study.search_spec import arm_config, load_search_spec
-    from ablate.runner.study.study import build_study
 
     study, _ = build_study("threshold", overrides)
     spec = load_search_spec("threshold_search", overrides)
@@ -48,8 +48,8 @@ def test_search_spec_takes_the_override_forms_of_every_study(overrides):
 
 
 def test_search_spec_keys_sections_and_errors():
+    from ablate.runner.study.expand import build_study
     from ablate.runner.study.search_spec import build_space, final_config, load_search_spec
-    from ablate.runner.study.study import build_study
 
     spec = load_search_spec("threshold_search", [
         "search.threshold.low=1e-3", "~search.ratio", "arms=colors_chebygin_sup,colors_chebygin_unsup",
@@ -95,7 +95,7 @@ def test_cli_unknown_key_exits_2_and_dry_run_lists_arms(capsys):
 
 def test_objective_sees_train_and_val_only():
     """The trainable's data: no test split is loaded, and every seed reports a val accuracy."""
-    from ablate.runner.search.search_trial import search_splits, train_jointly
+    from ablate.runner.search.trainable import search_splits, train_jointly
     from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "epochs=2", "arms=colors_chebygin_sup"])
@@ -117,8 +117,8 @@ def test_run_search_rows_resume_cap_and_final_rows(ray_env):
 
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.execute.store import Store
-    from ablate.runner.search.search_final import best_trial, final_evaluation, summary
-    from ablate.runner.search.search_tune import open_study, run_search
+    from ablate.runner.search.final import best_trial, final_evaluation, summary
+    from ablate.runner.search.tuning import open_study, run_search
     from ablate.runner.study.search_spec import load_search_spec
 
     arm = "colors_chebygin_unsup"
@@ -236,7 +236,7 @@ def test_tpe_finds_known_optimum(tmp_path, monkeypatch):
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from ablate.runner.search.search_tune import DefineSpace
+    from ablate.runner.search.tuning import DefineSpace
     from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
 
     spec = load_search_spec("threshold_search", [*TINY, "arms=colors_chebygin_unsup"])
@@ -266,7 +266,7 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     half-made database, and a leftover temp file is cleared by the next run."""
     import optuna
 
-    from ablate.runner.search.search_tune import create_db
+    from ablate.runner.search.tuning import create_db
 
     db = tmp_path / "optuna.db"
     (tmp_path / ".optuna.db.999.tmp").write_bytes(b"half-made")
@@ -286,8 +286,8 @@ def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory
     from ablate.runner.execute import ship
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.execute.store import Store
-    from ablate.runner.search import search_tune
-    from ablate.runner.search.search_tune import run_search
+    from ablate.runner.search import tuning
+    from ablate.runner.search.tuning import run_search
     from ablate.runner.study.search_spec import arm_config, load_search_spec
 
     driver_cache, node_cache = tmp_path / "driver", tmp_path / "node2"
@@ -301,11 +301,11 @@ def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory
         *TINY, "epochs=2", f"arms={arm}", "n_trials=2", "grace_period=2", "max_concurrent=2",
         f"ray_address={cluster.address}", f"results_dir={tmp_path / 'results'}"])
     cfg = arm_config(spec, arm)
-    load_graphsets(cfg.dataset, **cfg.data_kwargs)  # the driver prepares, as search.main does
+    load_graphsets(cfg.dataset, **cfg.data_kwargs)  # the driver prepares, as entry.main does
     start_ray(spec.ray_address)
     asked = []
-    resources = search_tune.search_resources
-    monkeypatch.setattr(search_tune, "search_resources",
+    resources = tuning.search_resources
+    monkeypatch.setattr(tuning, "search_resources",
                         lambda *a: asked.append(resources(*a)) or asked[-1])
     assert run_search(spec, arm, Store(spec.results_dir, spec.name)) == 2
     [(declared, pieces)] = asked

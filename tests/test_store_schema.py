@@ -18,8 +18,8 @@ import pytest
 from ablate.run import main as run_main
 from ablate.runner.execute import driver
 from ablate.runner.execute.store import Store, StoreError, read_curves, read_trials
+from ablate.runner.study.expand import build_study
 from ablate.runner.study.kinds import trial_kind
-from ablate.runner.study.study import build_study
 from analysis.load import load_store
 from analysis.report import main as report_main
 from result_store import legacy, reader, schema, schema_doc

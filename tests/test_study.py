@@ -10,7 +10,7 @@ from ablate.config import TrialConfig, resolve, trial_id
 from ablate.data import dataset_recipe_hash
 from ablate.errors import ConfigError
 from ablate.runner.study.compose import STUDIES_DIR, list_studies, load_spec
-from ablate.runner.study.study import build_study, coerce, expand
+from ablate.runner.study.expand import build_study, coerce, expand
 from ablate.runner.study.trial_table import trial_table
 
 REQUIRED = {"init", "placement", "backbone", "threshold", "supervision", "normalizer", "paper",

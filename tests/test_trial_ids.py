@@ -8,7 +8,7 @@ to any of them renames stored trials and fails here.
 import pytest
 
 from ablate.config import CHANGED_DEFAULTS, TrialConfig, resolve, trial_id
-from ablate.runner.study.study import build_study
+from ablate.runner.study.expand import build_study
 
 # study -> (first trial's id, last trial's id), `build_study(name)` at 4c3b4dc (before issue
 # 41 made the published LR timing the default): the same ids with lr_timing=early today

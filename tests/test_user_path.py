@@ -24,8 +24,8 @@ from ablate.runner.execute.driver import run_study  # noqa: E402
 from ablate.runner.execute.ray_env import clean_tune_leftovers, start_ray  # noqa: E402
 from ablate.runner.execute.store import PLAN, Store, StoreError, read_trials  # noqa: E402
 from ablate.runner.study.compose import StudySpec  # noqa: E402
+from ablate.runner.study.expand import Study, expand  # noqa: E402
 from ablate.runner.study.kinds import TRIAL_KINDS  # noqa: E402
-from ablate.runner.study.study import Study, expand  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

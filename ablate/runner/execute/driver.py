@@ -61,8 +61,8 @@ from ablate.runner.plan.resources import (
     trials_at_once,
     trials_memory,
 )
+from ablate.runner.study.expand import Study, Trial
 from ablate.runner.study.kinds import TRIAL_KINDS
-from ablate.runner.study.study import Study, Trial
 
 if TYPE_CHECKING:
     from ablate.runner.execute.store import Store

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TextIO
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ablate.runner.study.study import Study
+    from ablate.runner.study.expand import Study
 
 # Quiet Ray/Tune console (DESIGN.md "measured facts"). Set before `import ray`: Ray reads
 # RAY_DEDUP_LOGS when it is imported, the raylet reads RAY_* when ray.init starts it, Tune

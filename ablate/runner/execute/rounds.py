@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ablate.runner.execute.progress import Progress, Summary
 from ablate.runner.plan import adaptive as ad_plan
-from ablate.runner.study.study import Study
+from ablate.runner.study.expand import Study
 
 
 def run_adaptive(study: Study, results_dir: str, force: bool = False,

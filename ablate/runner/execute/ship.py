@@ -131,7 +131,7 @@ def _node_lock(path: Path):
 
 
 def dataset_pieces(trials: list, ship: bool) -> dict:
-    """data hash -> the prepared cache file of each recipe of `trials` (`ablate.runner.study.study.
+    """data hash -> the prepared cache file of each recipe of `trials` (`ablate.runner.study.expand.
     Trial`) as object-store pieces (`put_chunks`), for nodes that lack the file; nothing when
     every trial runs on this node (`ship` false). Grid and search studies both send these."""
     if not ship:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from ablate.runner.execute.progress import Progress
     from ablate.runner.execute.store import Store
-    from ablate.runner.study.study import Trial
+    from ablate.runner.study.expand import Trial
 
 
 class StoreCallback(tune.Callback):

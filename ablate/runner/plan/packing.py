@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from ablate.runner.study.expand import Trial
 from ablate.runner.study.kinds import trial_kind
-from ablate.runner.study.study import Trial
 
 GPU_PACK_SEEDS = 64  # pack_size=auto on a GPU: where packed step times flatten (DESIGN.md)
 

@@ -22,7 +22,7 @@ from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     from ablate.runner.plan.packing import Pack
-    from ablate.runner.study.study import Study, Trial
+    from ablate.runner.study.expand import Study, Trial
 
 GB = 1 << 30
 ROUND = 256 << 20  # needs are rounded up to this, so packs of one recipe ask alike (actor reuse)

@@ -7,24 +7,24 @@ choices) and the search budget. ``python -m ablate.run study=threshold_search``
 runs `main`, which per arm
 
 1. searches: one persistent Optuna (TPE) study in ``RESULTS/STUDY/ARM/optuna.db``
-   driven through Ray Tune with ASHA pruning (`search_tune.run_search`); every
+   driven through Ray Tune with ASHA pruning (`tuning.run_search`); every
    Tune trial trains the members of one configuration jointly on the train and
-   val splits only (`search_trial`), and is written to the study's store;
+   val splits only (`trainable`), and is written to the study's store;
 2. evaluates the best unpruned configuration, the reference and any baselines on
-   fresh ``final_seeds`` over every split (`search_final.final_evaluation`);
-3. prints the summary table (`search_final.summary`).
+   fresh ``final_seeds`` over every split (`final.final_evaluation`);
+3. prints the summary table (`final.summary`).
 
 The modules: `search_spec` (the study file and overrides, composed by
-`ablate.runner.study.compose`; arms and space), `search_trial` (the Tune trainable),
-`search_tune` (Optuna study, Tune run, store rows), `search_final` (best trial,
+`ablate.runner.study.compose`; arms and space), `trainable` (the Tune trainable),
+`tuning` (Optuna study, Tune run, store rows), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
 this one holds only the entry point (`main`) and the dry-run text (`describe`).
 """
 
 from __future__ import annotations
 
-from ablate.runner.search.search_final import best_trial, final_evaluation, final_jobs, summary
-from ablate.runner.search.search_tune import run_search
+from ablate.runner.search.final import best_trial, final_evaluation, final_jobs, summary
+from ablate.runner.search.tuning import run_search
 from ablate.runner.study.compose import locate_study
 from ablate.runner.study.search_spec import (
     SearchSpec,

@@ -1,7 +1,7 @@
 """The search of one arm (the driver side): a persistent Optuna study driven through Ray Tune.
 
 `run_search` runs Ray Tune with ``OptunaSearch`` (TPE, seeded) and ASHA over the
-arm's space; every Tune trial runs `search_trial.search_trainable`. The Optuna
+arm's space; every Tune trial runs `trainable.search_trainable`. The Optuna
 study lives in ``RESULTS/STUDY/ARM/optuna.db`` (SQLite, `open_study`): a rerun
 adds ``n_trials`` more, or tops the study up to ``max_trials`` finished trials.
 Each finished Tune trial is written to the study's Parquet store as it ends,
@@ -157,7 +157,7 @@ def run_search(spec: SearchSpec, arm: str, store, started: bool = True) -> int:
 
     from ablate.runner.execute.ray_env import tune_storage
     from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
-    from ablate.runner.search.search_trial import search_trainable
+    from ablate.runner.search.trainable import search_trainable
 
     cfg = arm_config(spec, arm)
     space = build_space(spec.search, cfg)
@@ -205,7 +205,7 @@ def search_resources(spec, cfg, base: dict, started: bool = True) -> tuple[dict[
     from ablate.runner.execute.ray_env import RayMode
     from ablate.runner.execute.ship import dataset_pieces
     from ablate.runner.plan.resources import check_memory, cluster_node_memory, trials_memory
-    from ablate.runner.study.study import make_trial
+    from ablate.runner.study.expand import make_trial
 
     trial = make_trial("graph", cfg)
     members = (spec.cv_folds or 1) * len(cfg.seeds)

@@ -159,7 +159,7 @@ class StudySpec:
     gpus_per_trial: float | str = "auto"
     max_failures: int = 2
     pack_size: int | str = "auto"
-    trial_limit: int = 100_000  # most trials it may expand to (ablate.runner.study.study)
+    trial_limit: int = 100_000  # most trials it may expand to (ablate.runner.study.expand)
     path: Path | None = None  # the study file it was read from
 
 

@@ -1,7 +1,7 @@
 """A search study (``kind: search``): its spec, composed by `ablate.runner.study.compose`, and its space.
 
-`load_search_spec` reads ``studies/NAME.yaml`` with `study.study_file` and the
-command line with `study.parse_overrides`, the reader and the Hydra override
+`load_search_spec` reads ``studies/NAME.yaml`` with `compose.study_file` and the
+command line with `compose.parse_overrides`, the reader and the Hydra override
 grammar of every other study, so ``seed=range(0,5)``, ``data.n_train=200``,
 ``~data.KEY`` and ``+new=value`` mean the same here as there. Beyond the keys of
 an ordinary study a search study takes ``arms=a,b``, ``final_data.KEY=`` and
@@ -18,8 +18,8 @@ from typing import Any
 
 from ablate.errors import ConfigError, did_you_mean
 from ablate.runner.study.compose import locate_study, parse_overrides, seed_list, study_file
+from ablate.runner.study.expand import make_config, resolve_config
 from ablate.runner.study.kinds import NOT_AXES, config_fields
-from ablate.runner.study.study import make_config, resolve_config
 
 METRIC = "val_acc"  # the objective: mean validation accuracy over the members (see `objective`)
 MODE = "max"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ablate.runner.study.expand import Study
 from ablate.runner.study.kinds import trial_kind
-from ablate.runner.study.study import Study
 
 
 def trial_table(study: Study, done: set[str] = frozenset()):
