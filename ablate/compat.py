@@ -11,7 +11,7 @@ package, its version, the range and what to do (a `ConfigError`: the CLI prints 
     private name                                    accessor                 used by (ablate/)
     Tune's RayActorManager._actor_task_failed       wrap_actor_task_failed   runner/execute/tune_callback.py
     ray._private.worker.print_to_stdstream          wrap_print_to_stdstream  runner/execute/ray_env.py
-    ray._private.worker._global_node                ray_session_dir          runner/execute/ray_env.py
+    ray._private.worker._global_node                ray_session_dir          runner/execute/reap.py
     ray._private.utils: estimate_available_memory,  ray_node_memory          runner/plan/resources.py
       resolve_object_store_memory
     torch._C._cuda_endAllocateToPool,               cuda_pool_exit           trial/pack_step.py

@@ -229,9 +229,10 @@ def _main(argv: list[str]) -> int:
         display = _display(argv)  # the live line, from the planning step on
         with display.ticking():
             study, options = build_study(_study_name(argv), argv, progress=display)
-        from ablate.runner.execute.driver import check_data_paths, run_study
-        from ablate.runner.execute.ray_env import check_devices, check_resources_early
+        from ablate.runner.execute.driver import run_study
         from ablate.runner.execute.store import Store
+        from ablate.runner.plan.checks import check_devices, check_resources_early
+        from ablate.runner.plan.datasets import check_data_paths
         from ablate.runner.plan.resources import memory_plan
 
         if options["reproduce"]:

@@ -25,7 +25,7 @@ from ablate.run import main as run_main  # noqa: E402
 from ablate.runner.execute import driver  # noqa: E402
 from ablate.runner.execute.driver import run_study  # noqa: E402
 from ablate.runner.execute.progress import Progress, Summary  # noqa: E402
-from ablate.runner.execute.ray_env import (  # noqa: E402
+from ablate.runner.execute.reap import (  # noqa: E402
     SESSION_MARK,
     clean_ray_leftovers,
     ray_temp_dir,
@@ -301,7 +301,7 @@ def test_sigterm_inside_an_import_leaves_with_the_resume_line_not_a_half_importe
 def test_session_clean_up_stops_rays_processes_never_a_users_viewer_of_its_logs(tmp_path):
     """A leftover session's clean-up stops processes that are Ray's (by command line) and have a
     file open under the session, never a user's `tail -f` on a log there (issue 35)."""
-    from ablate.runner.execute.ray_env import _ray_package_dir, is_ray_process
+    from ablate.runner.execute.reap import _ray_package_dir, is_ray_process
 
     session = tmp_path / "ray" / "session_2026-01-01_00-00-00_000000_1"
     (session / "logs").mkdir(parents=True)

@@ -19,7 +19,8 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.md)
 
 from ablate.runner.execute import ray_env  # noqa: E402
-from ablate.runner.execute.ray_env import RayMode, cluster_address, ship_data  # noqa: E402
+from ablate.runner.execute.ray_env import RayMode, ship_data  # noqa: E402
+from ablate.runner.plan.checks import cluster_address  # noqa: E402
 
 CLUSTER = "10.0.0.1:6379"
 OPTION = "10.0.0.2:6379"

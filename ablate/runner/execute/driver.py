@@ -18,7 +18,9 @@ killed for memory too) is recorded by the driver and retried elsewhere by Tune.
 
 Here: `run_study` and the Tuner it builds (packs, payloads, shipped dataset
 files), with the progress line naming each step on the way (`Progress.step`).
-Elsewhere in `ablate.runner`: Ray start-up and resource checks (`ray_env`), the worker
+Elsewhere in `ablate.runner`: Ray start-up (`ray_env`), reaping an embedded Ray's
+session (`reap`), the checks before Ray starts and the datasets (`ablate.runner.plan.checks`,
+`ablate.runner.plan.datasets`), the worker
 side (`worker`), the store callback (`tune_callback`), the progress display and the
 run's summary (`progress`).
 """
@@ -33,25 +35,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ablate.errors import ConfigError
 from ablate.runner.execute.progress import Progress, Summary, epoch_report_s
 from ablate.runner.execute.ray_env import (
     RayMode,
     RayStarter,
-    check_devices,
     check_resources,
-    check_resources_early,
-    cluster_address,
-    embedded_session,
-    end_session,
     gpus_per_trial,
     quiet_ray_env,
     ship_data,
     tune_storage,
 )
+from ablate.runner.execute.reap import embedded_session, end_session
 from ablate.runner.execute.ship import dataset_pieces
 from ablate.runner.execute.signals import handlers_kept_through_tune, signal_name
 from ablate.runner.execute.worker import trainable
+from ablate.runner.plan.checks import check_devices, check_resources_early, cluster_address
+from ablate.runner.plan.datasets import prepare_datasets, reads_local_files
 from ablate.runner.plan.packing import Pack, make_packs, pack_seeds
 from ablate.runner.plan.resources import (
     check_memory,
@@ -134,7 +133,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
     ray_start = None
     started = False
     try:
-        local = [_reads_local_files(t) for t in todo]
+        local = [reads_local_files(t) for t in todo]
         first = [t for t, x in zip(todo, local) if x]
         try:
             bars = stream.isatty()
@@ -349,70 +348,3 @@ def _payload(pack: Pack, spec, cache: str | None) -> dict:
             "dataset": t.dataset, "data_params": t.data_params, "data_hash": t.data_hash,
             "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache,
             "epoch_report_s": epoch_report_s()}
-
-
-
-def prepare_datasets(trials: list[Trial], progress: bool = True,
-                     display: Progress | None = None) -> dict[str, list[str]]:
-    """Build (or load) every dataset recipe once; data hash -> evaluated split names.
-    `progress`: the dataset's own bar while one is built; `display` counts the recipes."""
-    from ablate.data import dataset_cache_path, load_graphsets
-
-    recipes = list({t.data_hash: t for t in trials if t.data_hash is not None}.values())
-    splits: dict[str, list[str]] = {}
-    for i, t in enumerate(recipes):
-        if display is not None:  # a recipe built with its own bar: the line stays above it
-            try:
-                own_bar = progress and not dataset_cache_path(t.dataset,
-                                                              dict(t.data_params)).exists()
-            except ConfigError:  # a bad recipe: load_graphsets says so below
-                own_bar = progress
-            display.step(f"preparing datasets ({t.dataset})", len(recipes), "recipes",
-                         draw=not own_bar)
-            display.advance(i)
-        try:
-            sets = load_graphsets(t.dataset, progress=progress, **dict(t.data_params))
-        except ConfigError as e:
-            raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
-                              "data.KEY=VALUE)") from None
-        splits[t.data_hash] = [s for s in sets if s != "train"]
-    return splits
-
-
-def check_data_paths(study: Study) -> list[str]:
-    """Dry runs: a dataset folder named by ``data.path`` that does not exist, a half-filled
-    or unwritable data folder, raw files that cannot be downloaded: one ConfigError (a run
-    finds the same when it prepares the data, before Ray starts). Returns a note per
-    download a run would make."""
-    from ablate.data import dataset_cache_path, download
-
-    notes: list[str] = []
-    seen = set()
-    for t in study.trials:
-        params = dict(t.data_params)
-        if not _reads_local_files(t) or t.data_hash in seen:
-            continue
-        seen.add(t.data_hash)
-        try:
-            if download.downloadable(t.dataset):
-                where = (t.dataset, params.get("path"), params.get("url"))  # raw files: per place
-                if where not in seen and not dataset_cache_path(t.dataset, params).exists():
-                    seen.add(where)
-                    note = download.check_files(*where)
-                    if note:
-                        notes.append(note)
-            elif not Path(params["path"]).expanduser().exists():
-                raise ConfigError(f"data.path {str(params['path'])!r} does not exist")
-        except ConfigError as e:
-            raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
-                              "data.KEY=VALUE)") from None
-    return notes
-
-
-def _reads_local_files(t: Trial) -> bool:
-    """Whether the trial's dataset is read from local or downloaded files (it may fail on a
-    bad path or without a network): prepared before Ray starts."""
-    from ablate.data.download import downloadable
-
-    return t.data_hash is not None and (dict(t.data_params).get("path") is not None
-                                        or downloadable(t.dataset))

@@ -1,6 +1,6 @@
 """Prepared datasets shipped to the other nodes of a cluster, in bounded pieces.
 
-The driver prepares every dataset recipe once (`ablate.runner.execute.driver.prepare_datasets`).
+The driver prepares every dataset recipe once (`ablate.runner.plan.datasets.prepare_datasets`).
 A node without the prepared file gets it through Ray's object store: `put_chunks` reads
 the file in pieces of `CHUNK_BYTES` and puts each piece (never the whole file as one
 object, never the whole file in the driver's memory at once); on the node, the first

@@ -33,7 +33,7 @@ def _raise_terminated(signum, frame) -> None:
         # raised inside an import, the error would leave a library half-imported (numpy
         # without `matrix`: seen), and a library that catches it would fail later on the
         # half module with a traceback. Leave now, as before `main`: anything Ray left is
-        # cleaned by the next run (`ray_env.clean_ray_leftovers`).
+        # cleaned by the next run (`reap.clean_ray_leftovers`).
         exit_resumable()
     raise Terminated()
 

@@ -1,0 +1,84 @@
+"""A study's datasets before Ray starts: every recipe built once, the data folders checked.
+
+`prepare_datasets` builds (or loads) each dataset recipe of the trials once into the on-disk
+cache, in the driver (`ablate.runner.execute.driver.run_study`: those read from local or
+downloaded files first, so a bad path fails before Ray starts, `reads_local_files`).
+`check_data_paths` is the dry run's check of the same folders and downloads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.runner.execute.progress import Progress
+    from ablate.runner.study.expand import Study, Trial
+
+
+def prepare_datasets(trials: list[Trial], progress: bool = True,
+                     display: Progress | None = None) -> dict[str, list[str]]:
+    """Build (or load) every dataset recipe once; data hash -> evaluated split names.
+    `progress`: the dataset's own bar while one is built; `display` counts the recipes."""
+    from ablate.data import dataset_cache_path, load_graphsets
+
+    recipes = list({t.data_hash: t for t in trials if t.data_hash is not None}.values())
+    splits: dict[str, list[str]] = {}
+    for i, t in enumerate(recipes):
+        if display is not None:  # a recipe built with its own bar: the line stays above it
+            try:
+                own_bar = progress and not dataset_cache_path(t.dataset,
+                                                              dict(t.data_params)).exists()
+            except ConfigError:  # a bad recipe: load_graphsets says so below
+                own_bar = progress
+            display.step(f"preparing datasets ({t.dataset})", len(recipes), "recipes",
+                         draw=not own_bar)
+            display.advance(i)
+        try:
+            sets = load_graphsets(t.dataset, progress=progress, **dict(t.data_params))
+        except ConfigError as e:
+            raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
+                              "data.KEY=VALUE)") from None
+        splits[t.data_hash] = [s for s in sets if s != "train"]
+    return splits
+
+
+def check_data_paths(study: Study) -> list[str]:
+    """Dry runs: a dataset folder named by ``data.path`` that does not exist, a half-filled
+    or unwritable data folder, raw files that cannot be downloaded: one ConfigError (a run
+    finds the same when it prepares the data, before Ray starts). Returns a note per
+    download a run would make."""
+    from ablate.data import dataset_cache_path, download
+
+    notes: list[str] = []
+    seen = set()
+    for t in study.trials:
+        params = dict(t.data_params)
+        if not reads_local_files(t) or t.data_hash in seen:
+            continue
+        seen.add(t.data_hash)
+        try:
+            if download.downloadable(t.dataset):
+                where = (t.dataset, params.get("path"), params.get("url"))  # raw files: per place
+                if where not in seen and not dataset_cache_path(t.dataset, params).exists():
+                    seen.add(where)
+                    note = download.check_files(*where)
+                    if note:
+                        notes.append(note)
+            elif not Path(params["path"]).expanduser().exists():
+                raise ConfigError(f"data.path {str(params['path'])!r} does not exist")
+        except ConfigError as e:
+            raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
+                              "data.KEY=VALUE)") from None
+    return notes
+
+
+def reads_local_files(t: Trial) -> bool:
+    """Whether the trial's dataset is read from local or downloaded files (it may fail on a
+    bad path or without a network): prepared before Ray starts."""
+    from ablate.data.download import downloadable
+
+    return t.data_hash is not None and (dict(t.data_params).get("path") is not None
+                                        or downloadable(t.dataset))
