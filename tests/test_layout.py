@@ -313,3 +313,93 @@ def test_the_private_name_rule_catches_what_it_names():
               "import numpy as np\nnp._private_thing", "other._cache", "x.__class__"]
     for source in passed:
         assert library_private_accesses(source) == [], source
+
+
+# The runner's stages (docs/design.md): study -> plan -> execute; search (kind: search) uses
+# them all. A stage imports nothing from a later one.
+STAGES = "ablate.runner."
+LATER = {"study": ("plan", "execute", "search"), "plan": ("execute", "search")}
+# study/ -> a later stage: the exceptions, each a lazy import inside a function, with its reason
+STUDY_EXCEPTIONS = {
+    ("ablate.runner.study.compose", "ablate.runner.plan.adaptive"):
+        "`_set_seeds` parses `seeds: {adaptive: ...}` with `parse_adaptive`: the adaptive-seed "
+        "options (AdaptiveSeeds) live with the round planning that reads them (issue 43); lazy, "
+        "so a study without adaptive seeds never loads plan/",
+    ("ablate.runner.study.expand", "ablate.runner.plan.adaptive"):
+        "`build_study` checks an adaptive study with `check_study`, which needs the report's rows "
+        "and one-axis comparisons of the expanded trials (`plan_rows`, from analysis.variants): "
+        "planning; lazy, only for adaptive studies",
+}
+# plan/ -> execute/ or search/ inside a function (never at module level): none needed so far
+PLAN_LAZY_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def _in_functions(tree: ast.Module) -> set[int]:
+    """Line numbers of the statements inside a function (run when it is called, not on import)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for sub in ast.walk(node):
+                if sub is not node:
+                    lines.add(getattr(sub, "lineno", -1))
+    return lines
+
+
+def _stage(module: str) -> str | None:
+    return module[len(STAGES):].split(".")[0] if module.startswith(STAGES) else None
+
+
+def test_the_runner_stages_import_only_earlier_stages():
+    """study/ imports nothing of plan/, execute/ or search/; plan/ nothing of execute/ or search/
+    at module level, and inside a function only what `PLAN_LAZY_EXCEPTIONS` lists (imports under
+    `if TYPE_CHECKING:` do not run and pass)."""
+    known = _modules("ablate")
+    bad, used = [], set()
+    for module, path in known.items():
+        stage = _stage(module)
+        if stage not in LATER:
+            continue
+        lazy = _in_functions(ast.parse(path.read_text()))
+        for target, names, node in _imports(module, path):
+            for dep in _resolve(target, names, known) or [target]:
+                if _stage(dep) not in LATER[stage]:
+                    continue
+                key, where = (module, dep), f"{module} imports {dep} (line {node.lineno})"
+                allowed = STUDY_EXCEPTIONS if stage == "study" else PLAN_LAZY_EXCEPTIONS
+                if node.lineno in lazy and key in allowed:
+                    used.add(key)
+                elif node.lineno in lazy and stage == "plan":
+                    bad.append(where + ": lazy, not in PLAN_LAZY_EXCEPTIONS")
+                else:
+                    bad.append(where)
+    assert not bad, "a runner stage imports a later one:\n" + "\n".join(bad)
+    stale = set(STUDY_EXCEPTIONS) | set(PLAN_LAZY_EXCEPTIONS)
+    assert used == stale, f"exceptions no longer needed (remove them): {sorted(stale - used)}"
+
+
+def test_the_stage_rule_catches_what_it_names(tmp_path, monkeypatch):
+    """The rule above on a fabricated runner: a module-level plan -> execute import and a lazy
+    study -> search import fail; a TYPE_CHECKING-only one passes."""
+    pkg = tmp_path / "ablate" / "runner"
+    for sub in ("study", "plan", "execute", "search"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (tmp_path / "ablate" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "execute" / "x.py").write_text("X = 1\n")
+    (pkg / "search" / "s.py").write_text("S = 1\n")
+    (pkg / "plan" / "p.py").write_text("from ablate.runner.execute.x import X\n")
+    (pkg / "study" / "q.py").write_text("def f():\n    from ablate.runner.search.s import S\n")
+    (pkg / "study" / "t.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                        "    from ablate.runner.execute.x import X\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "STUDY_EXCEPTIONS", {})
+    try:
+        test_the_runner_stages_import_only_earlier_stages()
+    except AssertionError as e:
+        text = str(e)
+    else:
+        raise AssertionError("the stage rule passed a fabricated violation")
+    assert "ablate.runner.plan.p imports ablate.runner.execute.x" in text
+    assert "ablate.runner.study.q imports ablate.runner.search.s" in text
+    assert "study.t" not in text
