@@ -1,0 +1,103 @@
+"""A real study run adaptively, beside the same study at a fixed 10 seeds (issue 43).
+
+    python benchmarks/adaptive_study.py supervision --max 20     # runs it, then writes the JSON
+    python benchmarks/adaptive_study.py supervision --max 20 --results DIR   # resume / re-read
+
+Runs `python -m ablate.run study=NAME seeds={adaptive: {max: MAX}}` as a user would (its
+defaults: round 1 = seeds 0-9 of every row, then 2 seeds a round for the rows of open
+comparisons), timing each round's line as it appears. Round 1 is exactly the fixed 10-seed
+study (the same trials, the same ids), so one run gives both: the fixed study's verdicts are
+the report's paired test on seeds 0-9 (exact sign-flip, Holm over the comparisons, p < 0.05)
+and the adaptive study's are its confidence-sequence decisions after its last round. Writes
+`benchmarks/results/cpu-2026-11-27-adaptive/NAME.json` and the run's log beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "benchmarks" / "results" / "cpu-2026-11-27-adaptive"
+
+
+def run(name: str, max_seeds: int, results: Path, log: Path) -> dict:
+    cmd = [sys.executable, "-m", "ablate.run", f"study={name}",
+           f"seeds={{adaptive:{{max:{max_seeds}}}}}", f"results_dir={results}", "progress=none"]
+    t0 = time.time()
+    rounds = []
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        for line in proc.stdout:
+            f.write(f"[{time.time() - t0:8.1f} s] {line}")
+            f.flush()
+            if "] round " in line:
+                rounds.append({"t_s": round(time.time() - t0, 1), "line": line.strip()})
+        rc = proc.wait()
+    return {"command": " ".join(cmd[1:]), "exit": rc, "wall_s": round(time.time() - t0, 1),
+            "round_started_s": rounds}
+
+
+def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict]:
+    """The report's test at a fixed 10 seeds for each comparison the adaptive run made."""
+    import numpy as np
+
+    from ablate.runner.plan import adaptive as ad
+    from ablate.runner.study.expand import build_study
+    from analysis import stats
+
+    study, _ = build_study(name, ["seeds={adaptive:{max:10}}"])
+    plan = ad.plan_rows(study.trials)
+    values = ad.store_values(ad.AdaptiveSeeds(max=10), plan, results, name)
+    values = values[values["seed"] < 10]
+    by = {k: g.set_index("seed")["value"] for k, g in values.groupby(["row", "dataset", "split"])}
+    out, ps = [], []
+    for d in decisions:
+        a, b = by[(d["row"], d["dataset"], d["split"])], by[(d["baseline"], d["dataset"], d["split"])]
+        seeds = sorted(set(a.index) & set(b.index))
+        p = stats.paired(a.loc[seeds].to_numpy(float), b.loc[seeds].to_numpy(float))
+        ps.append(p.p)
+        out.append({"row": d["row"], "baseline": d["baseline"], "split": d["split"],
+                    "seeds": len(seeds), "delta": float(np.mean(a.loc[seeds] - b.loc[seeds])),
+                    "p": p.p})
+    for o, ph in zip(out, stats.holm(ps)):
+        o["p_holm"] = float(ph)
+        o["verdict"] = ("greater" if o["delta"] > 0 else "less") if ph < 0.05 else "no difference shown"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("study")
+    ap.add_argument("--max", type=int, default=20)
+    ap.add_argument("--results", type=Path, default=None, help="result store (default: a folder in /tmp)")
+    ap.add_argument("--no-run", action="store_true", help="only re-read a finished run's store")
+    args = ap.parse_args()
+    results = args.results or Path(f"/tmp/adaptive_{args.study}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    log = OUT / f"{args.study}.log"
+    got = {} if args.no_run else run(args.study, args.max, results, log)
+    doc = json.loads((results / args.study / "adaptive.json").read_text())
+    fixed = fixed_verdicts(args.study, results, doc["comparisons"])
+    from ablate.trial.provenance import git_sha, tree_state
+
+    rec = {"study": args.study, "max": args.max, **got, "adaptive": doc, "fixed_10": fixed,
+           "git_sha": git_sha(), "git_dirty": tree_state(str(ROOT)),
+           "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                       "note": "other work ran beside it (nice 19 MNIST-75SP runs)"}}
+    (OUT / f"{args.study}.json").write_text(json.dumps(rec, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in rec.items() if k not in ("adaptive",)}, indent=1)[:3000])
+
+
+if __name__ == "__main__":
+    main()
