@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from ablate.runner.execute.progress import Progress
 from ablate.runner.execute.worker import EpochReporter
 from ablate.trial import epochs
@@ -72,6 +74,7 @@ def test_the_worker_reports_epochs_at_most_every_so_often_and_restarts_the_pace_
     assert got == [(3, 10, 2.0), (6, 10, 2.0), (9, 10, 2.0), (10, 10, 2.0), (1, 3, 1.0), (3, 3, 1.0)]
 
 
+@pytest.mark.slow
 def test_a_30_epoch_digits_trial_shows_its_epochs_live(tmp_path, capsys, monkeypatch):
     """Through the runner on an embedded Ray: every epoch report reaches the log line."""
     from ablate import run

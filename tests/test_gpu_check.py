@@ -20,6 +20,7 @@ def _run(args, tmp_path):
                           env=env, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow
 def test_tiny_mode_runs_every_section_without_the_cluster_stack(tmp_path):
     """Every section runs (tests, steps, both recipes, init) with `import ray` / optuna /
     hydra / omegaconf blocked, as on the GPU machine, and writes one JSON and one log."""

@@ -262,6 +262,7 @@ def barrier_env(ray_env, monkeypatch):
     return ray_env
 
 
+@pytest.mark.slow
 def test_the_driver_hands_tune_descriptions_and_the_workers_find_their_payloads(
         barrier_env, monkeypatch):
     """One embedded Ray for both runs: a run interrupted while it hands the packs to Tune

@@ -49,6 +49,7 @@ def test_a_worker_killed_for_memory_is_a_failed_trial_retried_and_resumed(tmp_pa
     assert set(read_trials(results, "oom").status) == {"ok"}
 
 
+@pytest.mark.slow
 def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, monkeypatch,
                                                                       local_cluster):
     """A node with 3 CPUs but memory for two of the trials: Ray assigns each trial the memory

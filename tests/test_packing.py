@@ -77,6 +77,7 @@ def _key(r):
     return (r["seed"], r["split"])
 
 
+@pytest.mark.slow
 def test_runner_packs_trials_and_writes_one_file_per_trial(env):
     study = _study("packs", grid={"threshold": [0.02, 0.1], "kl_weight": [10.0, 100.0]},
                    seeds=(0, 1), seeds_per_trial=2, pack_size=8, gpus_per_trial=0)
@@ -109,6 +110,7 @@ def _faulty_pack_study(name: str, fault: str, env: Path) -> Study:
                                            "+marker_dir": str(env / "markers")})
 
 
+@pytest.mark.slow
 def test_a_failed_pack_member_is_retried_alone_and_a_raising_pack_whole(env):
     study = _faulty_pack_study("packfaults", "raise_once", env)
     assert len(study.trials) == 4  # 2 thresholds x seed chunks (0, 1) and (2, 3): one pack

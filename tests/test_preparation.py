@@ -123,6 +123,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_sigterm_while_superpixels_are_made_is_143_with_the_resume_line(tmp_path):
     """The superpixel pool (two loky workers, as Ray starts in a thread meanwhile)
     runs when SIGTERM arrives: exit 143, the resume line, no traceback, and the pool's
@@ -238,6 +239,7 @@ def test_a_dying_superpixel_worker_is_one_clear_error(tmp_path, method):
     assert f"({method})" in lines[0]
 
 
+@pytest.mark.slow
 def test_in_a_ray_worker_the_pool_never_forks(ray_env):
     """A Ray worker runs many threads of its own: the pool starts loky workers there (never a
     fork beside those threads) and gives the serial superpixels."""

@@ -89,6 +89,7 @@ def test_names_search_ablate_studies_first_then_the_built_in_ones(tmp_path, monk
     _one_line(capsys, ["study=nope"], "unknown study 'nope'", "mystudy", "smoke")
 
 
+@pytest.mark.slow
 def test_a_study_file_runs_from_its_path_and_is_kept_beside_its_trials(tmp_path, ray_env,
                                                                         capsys):
     path = tmp_path / "exp" / "mine.yaml"

@@ -186,6 +186,7 @@ def _study(name, kind="graph", fixed=None, seeds=(0,), **settings) -> Study:
     return Study(spec, expand(spec))
 
 
+@pytest.mark.slow
 def test_a_deterministic_error_is_not_retried_and_is_explained(tmp_path, monkeypatch):
     monkeypatch.setitem(TRIAL_KINDS, "cfgerr", "_ray_kinds:CONFIG_ERROR")
     study = _study("cfgerr", kind="cfgerr", max_failures=3,
@@ -229,6 +230,7 @@ def _chattr(path: Path, flag: str) -> bool:
     return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_read_only_complete_archive_is_rechecked_not_locked(tmp_path):
     study = _study("archive")
     start_ray(None)
