@@ -269,6 +269,48 @@ def adaptive_sim() -> str:
         f"figure is the false-difference rate, to hold at or under alpha).\n"
 
 
+def adaptive_study() -> str:
+    """A real study run adaptively beside the same study at a fixed 10 seeds
+    (`benchmarks/adaptive_study.py`): each comparison's verdict both ways, the seeds and time."""
+    rel = "cpu-2026-11-27-adaptive/smoke.json"
+    doc = _load(rel)
+    if not doc:
+        return _missing(rel)
+    ad = doc["adaptive"]
+    fixed = {(f["row"], f["baseline"], f["split"]): f for f in doc["fixed_10"]}
+    out = ["| comparison | split | fixed 10 seeds: Δ (points), Holm p, verdict | adaptive: "
+           "decision, round, seeds | which decides |", "|---|---|---|---|---|"]
+    kinds: dict[str, int] = {}
+    for c in ad["comparisons"]:
+        f = fixed.get((c["row"], c["baseline"], c["split"]))
+        fv = f"{100 * f['delta']:+.1f}, {f['p_holm']:.3f}, {f['verdict']}" if f else "-"
+        a, fd = c["decision"], f["verdict"] if f else "-"
+        if a in ("greater", "less"):
+            kind = "both, same sign" if fd == a else "adaptive only"
+        elif fd in ("greater", "less"):
+            kind = "fixed only"
+        else:
+            kind = "adaptive: equivalent" if a == "equivalent" else "neither"
+        kinds[kind] = kinds.get(kind, 0) + 1
+        out.append(f"| {c['row']} vs {c['baseline']} | {c['split']} | {fv} | {a}, "
+                   f"{c['round'] or '-'}, {c['seeds']} | {kind} |")
+    rounds = doc.get("round_started_s", [])
+    fixed_wall = rounds[1]["t_s"] - rounds[0]["t_s"] if len(rounds) > 1 else None
+    walls = (f"; wall: the fixed 10 seeds (round 1) {fixed_wall / 60:.0f} min, the adaptive run "
+             f"{doc['wall_s'] / 60:.0f} min to round {ad['round']}" if fixed_wall else "")
+    rows = {c["row"] for c in ad["comparisons"]} | {c["baseline"] for c in ad["comparisons"]}
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items()))
+    return "\n".join(out) + (
+        f"\n\nOf {len(ad['comparisons'])} comparisons ({counts}); after round {ad['round']}; "
+        f"seed runs: fixed {10 * len(rows)}, adaptive {ad['seed_runs']} of at most "
+        f"{ad['seed_runs_max']}{walls}. 'Equivalent' is a finding the fixed test cannot make "
+        f"(no difference of ±{100 * ad['options']['equivalence']:g} points or more); a 0.0 difference on TRIANGLES is two rows that "
+        "count no graph right at this tiny size (the report explains 0.0 ± 0.0).\n\n"
+        f"Source: `benchmarks/results/{rel}` and its log (`python benchmarks/adaptive_study.py "
+        f"{doc['study']} --max {doc['max']}`; commit {doc['git_sha']}, "
+        f"{'modified' if doc['git_dirty'] else 'clean'} tree; {doc['machine']['cores']} cores, "
+        f"{doc['machine']['note']}).\n")
+
 SPLIT_NAMES = ("TEST", "NOISY", "NOISY-C")
 
 
@@ -484,7 +526,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu_steps": gpu_steps, "gpu_recipes": gpu_recipes, "scale": scale,
     "tu_fidelity": tu_fidelity, "mnist_reference": mnist_reference,
     "mnist_fullsize": mnist_fullsize, "tu_published": tu_published,
-    "adaptive_sim": adaptive_sim,
+    "adaptive_sim": adaptive_sim, "adaptive_study": adaptive_study,
 }
 
 

@@ -28,7 +28,7 @@ def test_the_docs_hold_the_generated_tables():
                       ("gpu_steps", "performance.md"), ("gpu_recipes", "performance.md"),
                       ("tu_fidelity", "fidelity.md"), ("mnist_reference", "fidelity.md"),
                       ("mnist_fullsize", "fidelity.md"), ("tu_published", "fidelity.md"),
-                      ("adaptive_sim", "performance.md")):
+                      ("adaptive_sim", "performance.md"), ("adaptive_study", "performance.md")):
         assert f"<!-- generated:{name} -->" in text[doc], (name, doc)
 
 
