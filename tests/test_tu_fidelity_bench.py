@@ -1,0 +1,50 @@
+"""benchmarks/tu_fidelity.py without the authors' code: a fake checkout whose main.py prints
+their log lines. What it checks: the published LR timing reaches their command line, their log
+is parsed (last test epoch, accuracy, train accuracy), a failing run is one clear error."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+FAKE_MAIN = '''import sys
+args = sys.argv[1:]
+if "--fail" in open("mode.txt").read():
+    sys.exit(4)
+print("ARGS", " ".join(args))
+for e in (1, 50):
+    print(f"Train set (epoch {e}): [500/500 (100%)]\\tLoss: 0.5 (avg: 0.5), other losses: []"
+          "\\tAcc metric: 400/500 (80.00%)")
+    print(f"Test set (epoch {e}): Avg loss: 0.6, Acc metric: {430 + e}/613 ({100 * (430 + e) / 613:.2f}%)")
+'''
+
+
+@pytest.fixture
+def fake(tmp_path) -> Path:
+    folder = tmp_path / "authors"
+    folder.mkdir()
+    (folder / "main.py").write_text(FAKE_MAIN)
+    (folder / "mode.txt").write_text("ok")
+    return folder
+
+
+def test_their_run_is_parsed_and_gets_the_published_timing(fake, tmp_path):
+    got = bench.run_authors("proteins_weak", 3, fake, tmp_path, tmp_path, 50, tmp_path)
+    assert (got["epochs"], got["test_correct"], got["n_test"]) == (50, 480, 613)
+    assert got["test_acc"] == pytest.approx(78.30) and got["train_acc"] == 80.0
+    log = Path(got["log"]).read_text()
+    assert "--lr_decay_step 26,36,46" in log  # drops listed at 25, 35, 45, published timing
+    assert "--pool attn_sup_threshold_skip_skip_" in log and "--seed 3" in log
+
+
+def test_a_failing_run_is_one_clear_error(fake, tmp_path):
+    (fake / "mode.txt").write_text("--fail")
+    with pytest.raises(RuntimeError, match="the authors' main.py failed \\(exit 4\\)"):
+        bench.run_authors("proteins_global", 0, fake, tmp_path, tmp_path, 50, tmp_path)
