@@ -55,3 +55,13 @@ def local_cluster():
     _stop_drivers_ray()
     for cluster in made:
         cluster.shutdown()
+
+
+def fake_checkout(folder: Path, main_py: str, **files: str) -> Path:
+    """A stand-in for a checkout of the authors' code: `main.py` (prints their log lines) and
+    any other files, in `folder` (the side-by-side benchmarks' tests)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "main.py").write_text(main_py)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import fake_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -44,10 +45,7 @@ for e in range(start, args.epochs + 1):
 
 @pytest.fixture
 def fake_authors(tmp_path) -> Path:
-    folder = tmp_path / "authors"
-    folder.mkdir()
-    (folder / "main.py").write_text(FAKE_MAIN)
-    return folder
+    return fake_checkout(tmp_path / "authors", FAKE_MAIN)
 
 
 def _run(fake_authors, tmp_path, epochs=6, chunk=2):

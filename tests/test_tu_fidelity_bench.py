@@ -8,6 +8,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import fake_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
@@ -28,11 +29,7 @@ for e in (1, 50):
 
 @pytest.fixture
 def fake(tmp_path) -> Path:
-    folder = tmp_path / "authors"
-    folder.mkdir()
-    (folder / "main.py").write_text(FAKE_MAIN)
-    (folder / "mode.txt").write_text("ok")
-    return folder
+    return fake_checkout(tmp_path / "authors", FAKE_MAIN, **{"mode.txt": "ok"})
 
 
 def test_their_run_is_parsed_and_gets_the_published_timing(fake, tmp_path):
