@@ -47,6 +47,19 @@ def run(name: str, max_seeds: int, results: Path, log: Path) -> dict:
             "round_started_s": rounds}
 
 
+def from_log(log: Path) -> dict:
+    """The round times and wall of a finished run, read back from its log (`--no-run`)."""
+    import re
+
+    text = log.read_text() if log.exists() else ""
+    rounds = [{"t_s": float(t), "line": line.strip()} for t, line in
+              re.findall(r"^\[\s*([\d.]+) s\] (\[\S+\] round .*)$", text, re.M)]
+    ends = re.findall(r"^\[\s*([\d.]+) s\] study ", text, re.M)
+    cmd = re.findall(r"^\$ \S+ (.*)$", text, re.M)
+    return {"command": cmd[-1] if cmd else "", "wall_s": float(ends[-1]) if ends else None,
+            "round_started_s": rounds}
+
+
 def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict]:
     """The report's test at a fixed 10 seeds for each comparison the adaptive run made."""
     import numpy as np
@@ -85,7 +98,7 @@ def main() -> None:
     results = args.results or Path(f"/tmp/adaptive_{args.study}")
     OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / f"{args.study}.log"
-    got = {} if args.no_run else run(args.study, args.max, results, log)
+    got = from_log(log) if args.no_run else run(args.study, args.max, results, log)
     doc = json.loads((results / args.study / "adaptive.json").read_text())
     fixed = fixed_verdicts(args.study, results, doc["comparisons"])
     from ablate.trial.provenance import git_sha, tree_state
