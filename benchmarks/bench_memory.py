@@ -16,14 +16,22 @@ generated 28x28 digit images (`bench_mnist_prep.digit_images`), a TU zip shaped 
 shaped like COLLAB (5,000 dense ego-networks, mean ~74 nodes, max 492, ~2,460 edges each,
 no node labels).
 
+`--tu-files DIR`: the TU zips found in DIR (with its `checksums.json`, e.g. the real
+PROTEINS and D&D of `shared/fixtures/tu`) are served instead of generated ones
+(`--datasets proteins,dd`); the others are still generated.
+
 End to end (`--e2e`): the runner (`run_study`, an embedded Ray, two trials at once on 2
-CPUs) trains the two ChebyGIN rows of `study=mnist` (global pool, supervised attention)
-for one epoch each on the 70,000 generated images and evaluates them; a sampler reads
-every process's resident and proportional memory (RSS, PSS) twice a second.
+CPUs) trains two rows of the data set's study for one epoch each and evaluates them:
+`--e2e-data mnist_sp` (default) the two ChebyGIN rows of `study=mnist` (global pool,
+supervised attention) on the 70,000 generated images; `--e2e-data dd` the two D&D-200 rows
+of `study=tu` (global pool; weakly supervised attention, whose worker first trains its
+global-pool model and computes the leave-one-node-out attention of every training graph).
+A sampler reads every process's resident and proportional memory (RSS, PSS) twice a second.
 
     python benchmarks/bench_memory.py                        # every data set, then --e2e
     python benchmarks/bench_memory.py --datasets dd,collab --no-e2e
     python benchmarks/bench_memory.py --datasets none --e2e  # the end-to-end run only
+    python benchmarks/bench_memory.py --datasets dd --tu-files ../shared/fixtures/tu --e2e-data dd
 """
 
 from __future__ import annotations
@@ -49,14 +57,17 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATASETS = ("colors", "triangles", "mnist_sp", "dd", "collab")
+DOWNLOADED = {"mnist_sp", "proteins", "dd", "collab"}  # raw files served from 127.0.0.1
 ROWS = {  # the global-pool row each data set's study trains (its evaluation is timed)
     "colors": {"backbone": "chebygin_ref", "pool_layers": ()},
     "triangles": {"backbone": "chebygin_ref", "pool_layers": ()},
     "mnist_sp": {"backbone": "chebygin_ref", "pool_layers": ()},
+    "proteins": {"backbone": "gcn", "pool_layers": ()},
     "dd": {"backbone": "gcn", "pool_layers": ()},
     "collab": {"backbone": "chebynet", "pool_layers": ()},
 }
 PARAMS = {"mnist_sp": {"final": True}, "dd": {"final": True, "split_seed": 0},
+          "proteins": {"final": True, "split_seed": 0},
           "collab": {"final": True, "split_seed": 0}}
 
 
@@ -195,17 +206,26 @@ def child_evaluate(name: str, params: dict) -> dict:
             "accuracy": rec["accuracy"]}
 
 
-def child_e2e(params: dict, results: str) -> dict:
+# the two rows `--e2e-data` trains (study=mnist's ChebyGIN rows; study=tu's D&D-200 rows)
+E2E_ROWS = {
+    "mnist_sp": [{"backbone": "chebygin_ref", "pool_layers": []},
+                 {"backbone": "chebygin_ref", "supervision": "sup"}],
+    "dd": [{"backbone": "chebynet", "pool_layers": []},
+           {"backbone": "chebynet", "pool_layers": [2], "supervision": "weak", "threshold": 0.001,
+            "kl_weight": 1.0, "scorer": "fc", "init_dist": "normal"}],
+}
+
+
+def child_e2e(name: str, params: dict, results: str) -> dict:
     from ablate.runner.execute.driver import run_study
     from ablate.runner.execute.store import read_trials
     from ablate.runner.plan.resources import trials_memory
     from ablate.runner.study.compose import StudySpec
     from ablate.runner.study.expand import Study, expand
 
-    spec = StudySpec(name="e2e", fixed={"dataset": "mnist_sp", "epochs": 1},
-                     data=dict(params), variants=[{"backbone": "chebygin_ref", "pool_layers": []},
-                                                  {"backbone": "chebygin_ref", "supervision": "sup"}],
-                     seeds=[0], cpus_per_trial=1, gpus_per_trial=0, max_failures=0)
+    spec = StudySpec(name="e2e", fixed={"dataset": name, "epochs": 1},
+                     data=dict(params), variants=E2E_ROWS[name], seeds=[0], cpus_per_trial=1,
+                     gpus_per_trial=0, max_failures=0)
     study = Study(spec, expand(spec))
     summary = run_study(study, results, progress="none")
     rows = read_trials(results, "e2e")
@@ -305,13 +325,18 @@ def main() -> None:
     ap.add_argument("--datasets", default=",".join(DATASETS), help="comma list, or 'none'")
     ap.add_argument("--e2e", dest="e2e", action="store_true", default=True)
     ap.add_argument("--no-e2e", dest="e2e", action="store_false")
+    ap.add_argument("--e2e-data", choices=tuple(E2E_ROWS), default="mnist_sp",
+                    help="the data set whose two rows the end-to-end run trains")
+    ap.add_argument("--tu-files", type=Path, default=None,
+                    help="serve the TU zips of this folder (and its checksums.json) instead of "
+                         "generated ones, e.g. shared/fixtures/tu (real PROTEINS and D&D)")
     ap.add_argument("--work", help="keep raw files and caches here (default: a temp folder)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         mode, name, params = args.child[0], args.child[1], json.loads(args.child[2])
         fn = {"prepare": child_prepare, "evaluate": child_evaluate}.get(mode)
-        out = fn(name, params) if fn else child_e2e(params, args.child[3])
+        out = fn(name, params) if fn else child_e2e(name, params, args.child[3])
         print(json.dumps(out, default=str))
         return
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_memory_"))
@@ -337,9 +362,16 @@ def _measure(args, work: Path) -> None:
     sums_file = work / "sums.json"
     if sums_file.exists():
         sums = json.loads(sums_file.read_text())
-    for name in {*names, *(["mnist_sp"] if args.e2e else [])} & {"mnist_sp", "dd", "collab"}:
+    real = _real_tu(args.tu_files)
+    for name in {*names, *([args.e2e_data] if args.e2e else [])} & DOWNLOADED:
         label = "train-images-idx3-ubyte.gz" if name == "mnist_sp" else f"{name.upper()}.zip"
-        if label not in sums:
+        if label in real:
+            shutil.copyfile(args.tu_files / label, serve / label)
+            sums[label] = real[label]
+            print(f"# serving the real {label} of {args.tu_files}", flush=True)
+        elif name not in TU_SHAPES and name != "mnist_sp":
+            raise SystemExit(f"{name}: no generator for its shape; serve the real zip (--tu-files)")
+        elif label not in sums:
             t0 = time.time()
             sums.update(write_raw(name, serve))
             print(f"# generated {name} raw files in {time.time() - t0:.0f} s", flush=True)
@@ -355,19 +387,39 @@ def _measure(args, work: Path) -> None:
             prep, _ = run_child("prepare", name, params, env)
             ev, _ = run_child("evaluate", name, params, env)
             rows.append((name, prep, ev))
-            print(f"# {name}: {json.dumps({**prep, **ev})}", flush=True)
+            source = {"source": "real" if f"{name.upper()}.zip" in real else "generated"}
+            print(f"# {name}: {json.dumps({**prep, **ev, **source})}", flush=True)
         if names:
             _table(rows)
         if args.e2e:
-            env = {**base, "ABLATE_CACHE": str(work / "cache-mnist_sp")}
+            env = {**base, "ABLATE_CACHE": str(work / f"cache-{args.e2e_data}")}
             results = work / "e2e-results"
             shutil.rmtree(results, ignore_errors=True)
             t0 = time.time()
-            out, sampler = run_child("e2e", "mnist_sp", PARAMS["mnist_sp"], env,
+            out, sampler = run_child("e2e", args.e2e_data, PARAMS[args.e2e_data], env,
                                      [str(results)], sample=True)
             _e2e_table(out, sampler, time.time() - t0)
+            label = f"{args.e2e_data.upper()}.zip"
+            rec = {"data": args.e2e_data, "source": "real" if label in real else "generated",
+                   "wall_s": round(time.time() - t0, 1), "exit": out["exit"], "line": out["line"],
+                   "trials": out.get("trials", []), "declared_mb": out["declared_mb"],
+                   "processes": [{"role": role, "peak_rss_mb": round(rss), "peak_pss_mb": round(pss)}
+                                 for rss, pss, role in sorted(sampler.peaks.values(), reverse=True)
+                                 if rss >= 50],
+                   "all_pss_peak_mb": round(sampler.total_pss)}
+            print(f"# e2e_{args.e2e_data}: {json.dumps(rec, default=str)}", flush=True)
     finally:
         server.close()
+
+
+def _real_tu(folder: Path | None) -> dict[str, str]:
+    """The zips of `folder` that its checksums.json vouches for: file name -> checksum."""
+    if folder is None:
+        return {}
+    sums = folder / "checksums.json"
+    if not sums.is_file():
+        raise SystemExit(f"--tu-files {folder}: no checksums.json there")
+    return {k: v for k, v in json.loads(sums.read_text()).items() if (folder / k).is_file()}
 
 
 def _table(rows) -> None:
