@@ -5,6 +5,8 @@ loaded on first use (a module ``__getattr__``), so ``import ablate`` stays light
 no Ray, no pandas).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 # public name -> the module that defines it (imported when the name is first used)
@@ -14,7 +16,7 @@ _LAZY = {"read_trials": "ablate.runner.execute.store",
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 

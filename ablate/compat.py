@@ -115,7 +115,7 @@ def _import(module: str, dist: str, what: str) -> Any:
                                  f"({e}); ablate's private call no longer fits this release") from None
 
 
-def tune_actor_manager() -> Any:
+def _tune_actor_manager() -> Any:
     """Tune's `RayActorManager`, checked to have the `_actor_task_failed` ablate wraps."""
     what = "Tune's RayActorManager._actor_task_failed"
     check("ray", what)
@@ -129,7 +129,7 @@ def wrap_actor_task_failed(wrap: Callable[[Callable], Callable]) -> bool:
     """Put `wrap(original)` in place of Tune's `RayActorManager._actor_task_failed(self,
     tracked_actor_task, exception)`, once (`tune_callback.worker_deaths_as_trial_failures`);
     False when it already is."""
-    return _wrap_once(tune_actor_manager(), "_actor_task_failed", wrap, "ray",
+    return _wrap_once(_tune_actor_manager(), "_actor_task_failed", wrap, "ray",
                       "Tune's RayActorManager._actor_task_failed")
 
 
@@ -161,7 +161,7 @@ def ray_session_dir() -> str | None:
     return _attr(node, "get_session_dir_path", "ray", what)()
 
 
-def ray_utils() -> Any:
+def _ray_utils() -> Any:
     """`ray._private.utils` (how Ray sizes an embedded node's memory and object store)."""
     what = "ray._private.utils"
     check("ray", what)
@@ -174,7 +174,7 @@ def ray_utils() -> Any:
 def ray_node_memory() -> int:
     """Ray's ``memory`` resource of an embedded node started now on this machine: available
     memory less the object store, as `ray._private.utils` computes them."""
-    utils = ray_utils()
+    utils = _ray_utils()
     available = utils.estimate_available_memory()
     return int(available - utils.resolve_object_store_memory(available))
 

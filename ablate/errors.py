@@ -1,11 +1,15 @@
 """Errors that carry a one-line message for the user (the CLI exits 2 on them)."""
 
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
 
 class ConfigError(ValueError):
     """A bad study, key, value or path: the message says what is valid or what is missing."""
 
 
-def did_you_mean(word, choices, prefix: str = "") -> str:
+def did_you_mean(word: object, choices: Iterable[object], prefix: str = "") -> str:
     """``"; did you mean 'x'?"`` for the choice closest to a misspelt `word` (difflib), else
     an empty string: appended to a one-line error naming the valid choices. `prefix` is put
     before the suggestion (``data.`` for a dataset parameter)."""
@@ -24,7 +28,7 @@ def did_you_mean(word, choices, prefix: str = "") -> str:
     return f"; did you mean {prefix + close[0]!r}?" if close else ""
 
 
-def choice_error(what: str, value, choices) -> ConfigError:
+def choice_error(what: str, value: object, choices: Collection[object]) -> ConfigError:
     """`ConfigError` for a value outside a fixed set, naming the valid choices (and the closest
     one to a misspelt value)."""
     valid = ", ".join(str(c) for c in choices)

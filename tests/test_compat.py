@@ -24,7 +24,7 @@ from ablate.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCESSORS = {  # accessor -> the distribution it checks
-    "tune_actor_manager": "ray", "ray_worker": "ray", "ray_utils": "ray", "ray_node_memory": "ray",
+    "_tune_actor_manager": "ray", "ray_worker": "ray", "_ray_utils": "ray", "ray_node_memory": "ray",
     "cuda_pool_exit": "torch", "slic_kernels": "scikit-image",
 }
 WRAPPERS = {  # accessor that puts a wrapper in place -> (module holding the owner, owner, name)
@@ -145,7 +145,7 @@ def test_the_tune_hook_hands_over_the_memory_monitor_error_alone(monkeypatch):
 
     from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
 
-    manager = compat.tune_actor_manager()
+    manager = compat._tune_actor_manager()
     seen = []
     monkeypatch.setattr(manager, "_actor_task_failed", lambda self, task, exc: seen.append(exc))
     worker_deaths_as_trial_failures()

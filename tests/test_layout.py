@@ -195,7 +195,7 @@ LIBRARY_PRIVATE_NAMES = {
 }
 # compat's accessors that hand out a private module or class itself (every attribute read on
 # it would be a private call outside compat): compat's own use and the tests only
-RAW_ACCESSORS = {"ray_worker", "ray_utils", "tune_actor_manager"}
+RAW_ACCESSORS = {"ray_worker", "_ray_utils", "_tune_actor_manager"}
 
 
 def _private(name: str) -> bool:

@@ -150,3 +150,12 @@ def test_a_modified_tree_is_named_in_every_record_and_in_the_report(tmp_path):
     write_report(tmp_path / "res", tmp_path / "out", figures=False)
     text = "".join(f.read_text() for f in (tmp_path / "out").rglob("*.md"))
     assert f"1 run(s) trained from a modified tree ({first})" in text
+
+
+def test_a_trials_provenance_names_its_code_and_host_as_a_failed_trials_rows_do():
+    """`provenance` (a trial's rows, from its worker) and a failed trial's rows (the driver's,
+    `StoreCallback.error_rows`) take host, git_sha and git_dirty from one `code_provenance`."""
+    code = provenance.code_provenance()
+    assert code == {"host": os.uname().nodename, "git_sha": provenance.git_sha(),
+                    "git_dirty": provenance.git_dirty()}
+    assert code.items() <= provenance.provenance("h").items()

@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import json
 import math
+import os
 import pickle
 
 import numpy as np
@@ -311,13 +312,18 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
     t = s.trials[0]
     store = Store(tmp_path, "sdc")
     cb = StoreCallback(store, {t.trial_id: t}, {}, None, {})
-    store.write(t.trial_id, cb.error_rows(t.trial_id, "error", "RuntimeError: boom"), kind="sdc")
+    rows = cb.error_rows(t.trial_id, "error", "RuntimeError: boom")
+    store.write(t.trial_id, rows, kind="sdc")
     df = load_study("sdc", tmp_path / "sdc").trials  # refuses files without 'dataset'
     assert set(df["status"]) == {"error"} and set(df["dataset"]) == {t.config.dataset}
     # the driver's provenance, by the one rule every trial row follows (issue 42 item 8)
+    from ablate.runner.study.kinds import trial_kind
     from ablate.trial.provenance import git_dirty, git_sha
 
     assert set(df["git_sha"]) == {git_sha()} and set(df["git_dirty"]) == {git_dirty()}
+    assert {r["host"] for r in rows} == {os.uname().nodename}  # stored, not read by the analysis
+    assert {k for r in rows for k in r} == {*trial_kind("sdc").columns(t.config), "git_sha",
+                                            "git_dirty", "host", "seed", "split", "status", "error"}
 
 
 def test_sdc_trial_ids_are_those_of_earlier_versions() -> None:

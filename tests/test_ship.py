@@ -1,6 +1,6 @@
 """Shipping a prepared dataset file to a node (`ablate.runner.execute.ship.receive`, issue 35): a file
-already at the path is kept only when it is the driver's (same size under the same recipe
-name); a file of an older cache format, or a torn one, is replaced under the node's lock."""
+already at the path is kept only when it is the driver's (same size and SHA-256 under the same
+recipe name); a file of an older cache format, or a torn one, is replaced under the node's lock."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ablate.runner.execute import ship
 def no_ray(monkeypatch):
     import ray
 
-    monkeypatch.setattr(ray, "get", lambda ref: ref)  # the pieces are the bytes themselves
+    monkeypatch.setattr(ray, "put", lambda piece: piece)  # the pieces are the bytes themselves
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
 
 
 def _shipped(blob: bytes, pieces: int = 3) -> dict:
@@ -65,3 +66,19 @@ def test_a_file_of_the_same_size_with_other_bytes_is_not_the_shipped_one(tmp_pat
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
     assert not ship._same_file(path, shipped)
     assert ship.file_sha256(path) == hashlib.sha256(bytes(damaged)).hexdigest()
+
+
+def test_a_file_put_in_pieces_arrives_whole_and_checked(tmp_path, no_ray, monkeypatch):
+    """`put_chunks` and `file_sha256` hash a file piece by piece as `receive` does: one digest
+    of the whole file whatever the size of the pieces (a last piece shorter than the others)."""
+    blob = bytes(range(256)) * 40 + b"tail"
+    src = tmp_path / "driver" / "tu-abc.npz"
+    src.parent.mkdir()
+    src.write_bytes(blob)
+    shipped = ship.put_chunks(src, chunk_bytes=1000)
+    assert [len(c) for c in shipped["chunks"]] == [1000] * 10 + [244]
+    assert shipped["sha256"] == hashlib.sha256(blob).hexdigest() and shipped["bytes"] == len(blob)
+    monkeypatch.setattr(ship, "CHUNK_BYTES", 300)
+    assert ship.file_sha256(src) == shipped["sha256"]
+    dst = tmp_path / "node" / src.name
+    assert ship.receive(dst, shipped) is True and dst.read_bytes() == blob

@@ -43,8 +43,14 @@ def provenance(data_hash: str, device: torch.device | None = None) -> dict:
     from importlib.metadata import version
 
     return {"dataset_hash": data_hash, "torch_version": torch.__version__,
-            "pyg_version": version("torch_geometric"), "host": os.uname().nodename,
-            "git_sha": git_sha(), "git_dirty": git_dirty(), **device_provenance(device)}
+            "pyg_version": version("torch_geometric"), **code_provenance(),
+            **device_provenance(device)}
+
+
+def code_provenance() -> dict[str, str]:
+    """host, git_sha and git_dirty of this process: a trial's rows carry their worker's, a failed
+    trial's rows the driver's that recorded it (one rule for "modified tree" in both)."""
+    return {"host": os.uname().nodename, "git_sha": git_sha(), "git_dirty": git_dirty()}
 
 
 def device_provenance(device: torch.device | None) -> dict:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ablate.atomic import atomic_write
 
@@ -35,16 +37,25 @@ def put_chunks(path: Path, chunk_bytes: int | None = None) -> dict[str, Any]:
     pieces' ObjectRefs, in order (what `receive` needs)."""
     import ray
 
-    size = chunk_bytes or CHUNK_BYTES
-    digest = hashlib.sha256()
-    refs = []
+    refs: list = []
     with open(path, "rb") as f:
-        while piece := f.read(size):
-            digest.update(piece)
-            refs.append(ray.put(piece))
-            del piece
-    return {"name": path.name, "bytes": path.stat().st_size, "sha256": digest.hexdigest(),
-            "chunks": refs}
+        sha256 = _stream(_pieces(f, chunk_bytes or CHUNK_BYTES), lambda p: refs.append(ray.put(p)))
+    return {"name": path.name, "bytes": path.stat().st_size, "sha256": sha256, "chunks": refs}
+
+
+def _pieces(f: BinaryIO, size: int) -> Iterable[bytes]:
+    """The open binary file `f` in pieces of `size` bytes (the reader keeps none of them)."""
+    return iter(functools.partial(f.read, size), b"")
+
+
+def _stream(pieces: Iterable[bytes], sink: Callable[[bytes], Any]) -> str:
+    """Hand each piece to `sink` in order, holding one piece at a time; the SHA-256 of them all."""
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+        sink(piece)
+        del piece  # let it go before the next one is read or fetched
+    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:
@@ -57,13 +68,11 @@ def file_sha256(path: Path) -> str:
         saved = json.loads(memo.read_text())
         if {k: saved[k] for k in stamp} == stamp:
             return saved["sha256"]
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while piece := f.read(CHUNK_BYTES):
-            digest.update(piece)
+        sha256 = _stream(_pieces(f, CHUNK_BYTES), lambda p: None)
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
-        atomic_write(memo, lambda f: f.write(json.dumps({**stamp, "sha256": digest.hexdigest()}).encode()))
-    return digest.hexdigest()
+        atomic_write(memo, lambda f: f.write(json.dumps({**stamp, "sha256": sha256}).encode()))
+    return sha256
 
 
 def _same_file(path: Path, shipped: dict[str, Any]) -> bool:
@@ -79,10 +88,11 @@ def receive(path: Path, shipped: dict[str, Any]) -> bool:
     """Write the shipped file to `path` unless the same file is there; True if this call wrote it.
 
     One worker per node fetches (a lock file beside `path`); the others wait for it and then
-    find the file. A file already at `path` is kept only when its size is the driver's (same
-    recipe hash in the name, same size and SHA-256): a file of another cache format, a torn or
-    a damaged one is replaced, under the lock. The pieces are fetched one at a time; a file whose SHA-256
-    differs from the driver's is refused (`OSError`) and nothing is left at `path`."""
+    find the file. A file already at `path` is kept only when it is the driver's (same recipe
+    hash in the name, same size and SHA-256, `_same_file`): a file of another cache format, a
+    torn or a damaged one is replaced, under the lock. The pieces are fetched one at a time; a
+    file whose SHA-256 differs from the driver's is refused (`OSError`) and nothing is left at
+    `path`."""
     import ray
 
     if _same_file(path, shipped):
@@ -91,15 +101,9 @@ def receive(path: Path, shipped: dict[str, Any]) -> bool:
     with _node_lock(path):
         if _same_file(path, shipped):  # another worker of this node received it meanwhile
             return False
-        digest = hashlib.sha256()
 
         def write(f) -> None:
-            for ref in shipped["chunks"]:
-                piece = ray.get(ref)
-                digest.update(piece)
-                f.write(piece)
-                del piece
-            if digest.hexdigest() != shipped["sha256"]:
+            if _stream((ray.get(ref) for ref in shipped["chunks"]), f.write) != shipped["sha256"]:
                 raise OSError(f"the shipped {shipped['name']} arrived damaged (SHA-256 differs)")
 
         atomic_write(path, write)
@@ -145,9 +149,11 @@ def dataset_pieces(trials: list, ship: bool) -> dict:
     return out
 
 
-def ensure_dataset(dataset: str | None, data_params, data_hash: str | None, pieces: dict) -> None:
-    """On a worker: materialise the driver's prepared file of a recipe on this node when it is
-    missing or of another size (other nodes), fetched in pieces once per node (`receive`)."""
+def ensure_dataset(dataset: str | None, data_params: tuple, data_hash: str | None,
+                   pieces: dict) -> None:
+    """On a worker: materialise the driver's prepared file of a recipe (`data_params`: sorted
+    (key, value) pairs) on this node when it is missing or not the driver's (other size or
+    SHA-256; other nodes), fetched in pieces once per node (`receive`)."""
     shipped = pieces.get(data_hash) if data_hash else None
     if shipped is None:
         return

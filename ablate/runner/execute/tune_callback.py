@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
@@ -54,11 +54,13 @@ class StoreCallback(tune.Callback):
         self.retries = 0
         self.storage_error = ""  # first failed result write: the study stops (`StorageStop`)
 
-    def on_trial_start(self, iteration, trials, trial, **info):
+    def on_trial_start(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                       **info: Any) -> None:
         for tid in self.packs[_tid(trial)]:
             self.display.start(tid)
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
+    def on_trial_result(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                        result: dict, **info: Any) -> None:
         blob = result.pop("payload", None)  # do not keep it in Tune's experiment state
         if blob is None:
             prog = result.get("epoch_progress")  # a running pack's epoch (`worker.EpochReporter`)
@@ -97,13 +99,15 @@ class StoreCallback(tune.Callback):
                 self.retries += 1
                 self.display.retry(tid)
 
-    def on_trial_recover(self, iteration, trials, trial, **info):
+    def on_trial_recover(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                         **info: Any) -> None:
         self._lost(trial, final=False)
 
-    def on_trial_error(self, iteration, trials, trial, **info):
+    def on_trial_error(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                       **info: Any) -> None:
         self._lost(trial, final=True)
 
-    def on_step_end(self, iteration, trials, **info):
+    def on_step_end(self, iteration: int, trials: list[TuneTrial], **info: Any) -> None:
         self.display.refresh()
 
     # ------------------------------------------------------------------ helpers
@@ -151,15 +155,13 @@ class StoreCallback(tune.Callback):
                 self.display.retry(tid)
 
     def error_rows(self, tid: str, status: str, error: str) -> list[dict]:
-        import os
-
-        from ablate.trial.provenance import git_dirty, git_sha
+        from ablate.trial.provenance import code_provenance
 
         t = self.trials[tid]
         base = trial_kind(t.kind).columns(t.config)  # every axis, 'dataset' included
         # the driver's provenance (the code that planned and recorded the failure), as every
         # trial row carries its worker's: one rule for "modified tree" (issue 42 item 8)
-        base.update(git_sha=git_sha(), git_dirty=git_dirty(), host=os.uname().nodename)
+        base.update(code_provenance())
         if t.data_hash:
             base["dataset_hash"] = t.data_hash
         splits = self.splits.get(t.data_hash) or list(getattr(t.config, "eval_splits", [""]))
@@ -272,7 +274,7 @@ class StorageStop(tune.Stopper):
     def __init__(self, callback: StoreCallback):
         self.callback = callback
 
-    def __call__(self, trial_id, result) -> bool:
+    def __call__(self, trial_id: str, result: dict) -> bool:
         if self.callback.storage_error:
             return True
         pack = (result.get("config") or {}).get("trial", {}).get("trial_id")

@@ -20,6 +20,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ablate.runner.execute.signals import handlers_kept_through_tune
 from ablate.runner.study.search_spec import (
@@ -32,6 +33,14 @@ from ablate.runner.study.search_spec import (
     members,
 )
 
+if TYPE_CHECKING:
+    import optuna
+    from ray import tune
+    from ray.tune.experiment import Trial as TuneTrial
+
+    from ablate.config import TrialConfig
+    from ablate.runner.execute.store import Store
+
 
 @dataclass
 class DefineSpace:
@@ -40,7 +49,7 @@ class DefineSpace:
 
     space: dict  # name -> optuna distribution (`build_space`)
 
-    def __call__(self, trial) -> dict:
+    def __call__(self, trial: optuna.Trial) -> dict:
         from optuna.distributions import CategoricalDistribution
 
         for name, d in self.space.items():
@@ -78,7 +87,7 @@ def create_db(db: Path, arm: str) -> None:
     atomic_file(db, make)
 
 
-def open_study(spec: SearchSpec, arm: str):
+def open_study(spec: SearchSpec, arm: str) -> tuple[optuna.storages.RDBStorage, optuna.Study]:
     """The arm's persistent Optuna study (SQLite); stale RUNNING trials of a killed run become FAIL."""
     import optuna
 
@@ -94,7 +103,7 @@ def open_study(spec: SearchSpec, arm: str):
     return storage, study
 
 
-def store_writer(store, spec: SearchSpec, arm: str, epochs: int):
+def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int) -> tune.Callback:
     """A Tune callback that writes each finished search trial to the Parquet store (one row
     per member) and lists the Optuna numbers it wrote in ``.written``."""
     from ray import tune
@@ -106,16 +115,19 @@ def store_writer(store, spec: SearchSpec, arm: str, epochs: int):
             self.last: dict[str, dict] = {}
             self.written: list[int] = []
 
-        def on_trial_result(self, iteration, trials, trial, result, **info):
+        def on_trial_result(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                            result: dict, **info: Any) -> None:
             self.last[trial.trial_id] = result
 
-        def on_trial_complete(self, iteration, trials, trial, **info):
+        def on_trial_complete(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                              **info: Any) -> None:
             self.write(trial, "ok", "")
 
-        def on_trial_error(self, iteration, trials, trial, **info):
+        def on_trial_error(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                           **info: Any) -> None:
             self.write(trial, "error", "trial raised (see Ray logs)")
 
-        def write(self, trial, status: str, error: str) -> None:
+        def write(self, trial: TuneTrial, status: str, error: str) -> None:
             res = self.last.get(trial.trial_id, {})
             number = int(trial.config.get("optuna_trial", -1))
             params = {k: trial.config[k] for k in PARAMS if k in trial.config}
@@ -134,7 +146,7 @@ def store_writer(store, spec: SearchSpec, arm: str, epochs: int):
     return StoreWriter()
 
 
-def trials_to_run(spec: SearchSpec, study) -> int:
+def trials_to_run(spec: SearchSpec, study: optuna.Study) -> int:
     """New trials for this run: ``n_trials``, capped so that COMPLETE ones reach ``max_trials``."""
     import optuna
 
@@ -145,7 +157,7 @@ def trials_to_run(spec: SearchSpec, study) -> int:
     return max(n_new, 0)
 
 
-def run_search(spec: SearchSpec, arm: str, store, started: bool = True) -> int:
+def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -> int:
     """Run this arm's Optuna/Tune search (n_trials more, up to max_trials); the trials written.
 
     Needs a running Ray (`ablate.runner.execute.ray_env.start_ray`)."""
@@ -192,7 +204,8 @@ def run_search(spec: SearchSpec, arm: str, store, started: bool = True) -> int:
     return len(writer.written)
 
 
-def search_resources(spec, cfg, base: dict, started: bool = True) -> tuple[dict[str, float], dict]:
+def search_resources(spec: SearchSpec, cfg: TrialConfig, base: dict,
+                     started: bool = True) -> tuple[dict[str, float], dict]:
     """What one search trial asks of Ray and the data it needs on other nodes, as grid studies
     do (`ablate.runner.execute.driver`): its CPUs and the host memory of its members trained jointly
     (the trial kind's `host_memory` for cv_folds x seeds members on the arm's prepared data;
