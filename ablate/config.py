@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from ablate.data import EARLIER_MNIST, EARLIER_TU_SPLIT
 from ablate.errors import ConfigError, choice_error
 from ablate.models.normalizers import NORMALIZERS
 
@@ -36,19 +37,20 @@ LR_TIMINGS = ("published", "early")  # when a listed LR drop applies (`lr_at`)
 # whose default changed, after results were stored, with the value that reproduces what ran
 # before. At that value it is left out of the trial id, so the trials stored before keep their
 # ids; at any other value (a new default included) it is hashed, so whatever trains otherwise
-# is a new trial. `trial_id` is the one place that reads it; `tests/test_trial_ids.py` pins
-# one trial of every study at the ids it had before each change.
+# is a new trial. `trial_id` is the one place that reads it (`analysis.load.ADDED_AXES` mirrors
+# its axes: the analysis imports nothing from ablate); the data values are the data recipes'
+# own (`ablate.data`, whose recipe hashes leave them out). `tests/test_trial_ids.py` pins one
+# trial of every study at the ids it had before each change.
 CHANGED_DEFAULTS: dict[str, dict] = {
     "axes": {
         "scorer_relu": False,  # the gnn scorer's ReLU, an ablation axis added later
         "lr_timing": "early",  # issue 41: drops applied from the listed epoch, not the next
     },
     "data": {
-        "slic": "v0.19", "noise": "nodes",  # issue 26: MNIST-75SP's SLIC rule and noise
-        "split": "earlier",  # issue 33: the TU split rule before the authors' one
+        **EARLIER_MNIST,  # issue 26: MNIST-75SP's SLIC rule and noise
+        "split": EARLIER_TU_SPLIT,  # issue 33: the TU split rule before the authors' one
     },
 }
-ADDED_AXES = CHANGED_DEFAULTS["axes"]  # the name analysis.load mirrors
 # How dropout masks are drawn, hashed into the id of dropout > 0 trials only: trials stored
 # before it drew them from torch's RNG (other numbers), so their ids no longer match
 DROPOUT_RNG = "counter-v1"  # ablate.models.dropout: a hash of (seed, step, layer, element)
@@ -101,7 +103,8 @@ class TrialConfig:
         scorer); see INIT_REFERENCE""")
     init_scale: float = _doc(1.0, "scale of the normal / uniform initialisation of p (reference: 1)")
     epochs: int | None = _doc(None, "training epochs")
-    lr_decay_epochs: tuple[int, ...] | None = _doc(None, "multiply LR by 0.1 at these epochs")
+    lr_decay_epochs: tuple[int, ...] | None = _doc(None, """multiply LR by 0.1 for each epoch m listed:
+        from epoch m + 1 on (lr_timing=published) or from m (early)""")
     lr_timing: str = _doc("published", """when a drop listed at epoch m applies: published (from epoch
         m + 1, after m is trained at the higher rate, as in the authors' published runs; SPEC §3)
         or early (from epoch m: ablate before issue 41, and the authors' code under today's
@@ -216,6 +219,25 @@ def resolve(cfg: TrialConfig) -> TrialConfig:
     )
     validate(out)
     return out
+
+
+def model_b_config(cfg: TrialConfig) -> TrialConfig:
+    """Model B of a weak config (`ablate.trial.weak`): global pooling, unsupervised, the
+    recipe's epochs and LR schedule (the attention model's own where `cfg.epochs` was set
+    explicitly)."""
+    r = recipe(cfg.dataset)
+    explicit = cfg.epochs != r.get("attn_epochs", r["epochs"])
+    return cfg.replace(pool_layers=(), supervision="unsup",
+                       epochs=cfg.epochs if explicit else r["epochs"],
+                       lr_decay_epochs=cfg.lr_decay_epochs if explicit else r["lr_decay_epochs"])
+
+
+def lr_drops(cfg: TrialConfig) -> bool:
+    """Whether a model the (resolved) trial trains drops its LR: the trial's own, or weak
+    supervision's model B (`model_b_config`, the recipe's drops unless `epochs` was set).
+    Where none does, `lr_timing` changes nothing that trains: `trial_id` leaves it out."""
+    models = (cfg, model_b_config(cfg)) if cfg.supervision == "weak" else (cfg,)
+    return any(m.lr_decay_epochs for m in models)
 
 
 def validate_choices(cfg: TrialConfig) -> None:
@@ -354,7 +376,7 @@ def trial_id(cfg: TrialConfig, dataset_hash: str) -> str:
     for k, before in CHANGED_DEFAULTS["axes"].items():
         if a[k] == before:
             del a[k]
-    if not cfg.lr_decay_epochs:  # no drop: its timing changes nothing that trains
+    if not lr_drops(cfg):  # no drop: its timing changes nothing that trains
         a.pop("lr_timing", None)
     if (a.get("dropout") or 0) > 0:
         a["dropout_rng"] = DROPOUT_RNG

@@ -48,13 +48,18 @@ from ablate.runner.study.kinds import NOT_AXES, trial_kind  # noqa: E402
 from ablate.runner.study.trial_table import fixed_axes, trial_table  # noqa: E402
 
 USAGE = "usage: python -m ablate.run study=NAME|PATH [key=value ...] [--help]"
-PAPERS = [  # what "the paper" and "the authors' script" of the study descriptions are
-    "the paper: Knyazev, Taylor & Amer, \"Understanding Attention and Generalization in Graph "
-    "Neural Networks\", NeurIPS 2019, arXiv:1905.02850 (https://arxiv.org/abs/1905.02850); "
-    "its results table is that of the workshop version, with the final version's ChebyGIN rows",
-    "the authors' code and scripts: https://github.com/bknyaz/graph_attention_pool (MNIST-75SP: "
-    "https://github.com/bknyaz/graph_attention_pool/blob/master/scripts/mnist_75sp.sh)",
-    "study sdc: Pandey, Vashisht & Ramaswamy, \"On the Interpretability of Attention Networks\""]
+SDC_PAPER = "study sdc: Pandey, Vashisht & Ramaswamy, \"On the Interpretability of Attention Networks\""
+
+
+def papers() -> list[str]:
+    """What "the paper" and "the authors' script" of the study descriptions are (the report's
+    citations, `analysis.reference`, imported here only for --help: it loads pandas)."""
+    from analysis.reference import AUTHORS_CODE, MNIST_SCRIPT, PAPER, WORKSHOP
+
+    return [f"the paper: {PAPER}; its results table is that of {WORKSHOP}, with the final "
+            "version's ChebyGIN rows",
+            f"the authors' code and scripts: {AUTHORS_CODE} (MNIST-75SP: {MNIST_SCRIPT})",
+            SDC_PAPER]
 
 
 def _choices() -> dict[str, tuple]:
@@ -92,7 +97,7 @@ def help_text(study: str | None = None) -> str:
     """The --help page: usage, studies, runner keys, axes with valid values, data keys."""
     from ablate.data import DATASETS, resolve_params
 
-    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "", *PAPERS, "",
+    lines = [USAGE, "", __doc__.split("\n\n", 1)[1].strip(), "", *papers(), "",
              "studies (study=NAME looks in $ABLATE_STUDIES, then the built-in studies; "
              "study=PATH runs any .yaml file):"]
     descriptions = list_studies()
@@ -304,7 +309,9 @@ def verify(study, options) -> int:
 
     Exit 0 complete and intact, `VERIFY_INCOMPLETE` (4) intact but some planned trials are
     not complete (never run, or failed), `VERIFY_CORRUPT` (2) a file is corrupt or foreign.
-    Reads only: no folder is created."""
+    An adaptive-seed study plans the rounds its decisions call for, replayed from the store
+    (`ablate.runner.plan.adaptive.replay_plan`), not every round up to `max`. Reads only: no
+    folder is created."""
     from ablate.runner.execute.store import Store
 
     store = Store(options["results_dir"], study.name)
@@ -315,14 +322,21 @@ def verify(study, options) -> int:
         print(p)
     for line in schema_versions(got.versions, got.curve_versions):
         print(line)
-    planned = {t.trial_id for t in study.trials}
+    trials, which = study.trials, ""
+    if study.spec.adaptive is not None and not problems:  # the rounds its decisions call for
+        from ablate.runner.plan.adaptive import replay_plan
+
+        trials = replay_plan(study.spec.adaptive, trials, status, options["results_dir"],
+                             study.name)
+        which = "; planned: the rounds its adaptive seeds' decisions call for"
+    planned = {t.trial_id for t in trials}
     ok = {t for t, s in status.items() if s == "ok"} & planned
     failed = {t for t, s in status.items() if s != "ok"} & planned
     missing = planned - ok - failed
     state = ("corrupt" if problems else "incomplete" if ok != planned else "complete")
     print(f"{store.dir}: {n} trial files, {len(problems)} problem(s); {len(ok)} of "
           f"{len(planned)} planned trials complete, {len(failed)} failed, {len(missing)} "
-          f"not run ({state})")
+          f"not run ({state}{which})")
     if problems:
         return VERIFY_CORRUPT
     return VERIFY_INCOMPLETE if ok != planned else 0

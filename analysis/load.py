@@ -37,9 +37,14 @@ TRIAL_REQUIRED = ("trial_id", "seed", "status", "dataset")
 CURVE_REQUIRED = ("seed", "epoch")
 
 IDENTITY = ("trial_id", "seed", "split", "status", "error", "attempt")
-# Axes added to the trial config after results were stored (mirrors ablate.config.ADDED_AXES),
-# with the value that reproduces what ran before: rows written earlier read as that value.
+# Axes added to the trial config after results were stored (mirrors
+# ablate.config.CHANGED_DEFAULTS["axes"]), with the value that reproduces what ran before: rows
+# written earlier read as that value.
 ADDED_AXES = {"scorer_relu": False, "lr_timing": "early"}
+# lr_timing of a row whose trial drops no LR: its timing changed nothing (the trial id leaves
+# it out, `ablate.config.lr_drops`), so its rows read as one value, whatever each one stored
+# (rows of before issue 41 read as "early", later ones store "published")
+NO_LR_DROP = ""
 AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "filters", "readout",
         "dropout", "pool_layers", "scorer", "scorer_input", "scorer_relu", "selection", "threshold", "ratio",
         "normalizer", "supervision", "kl_weight", "init_dist", "init_scale", "epochs",
@@ -244,7 +249,21 @@ def _normalise(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
         ["trial_id", "seed", "split"], keep="last")
     if len(df) < n:
         notes.append(f"{n - len(df)} row(s) of earlier attempts superseded by retries")
+    if "lr_timing" in df.columns:
+        df["lr_timing"] = df["lr_timing"].where(~timing_changed_nothing(df), NO_LR_DROP)
     return df.reset_index(drop=True)
+
+
+def timing_changed_nothing(df: pd.DataFrame) -> pd.Series:
+    """Rows whose trial drops no LR, so that its `lr_timing` changed nothing: no drop of its
+    own and no model B (`ablate.config.lr_drops`, which the analysis cannot import); or a
+    trial whose rows stored different timings, which its id (hashing the timing wherever a
+    model drops, weak supervision's model B with the recipe's drops included) says is one."""
+    blank = pd.Series("", index=df.index)
+    own = df.get("lr_decay_epochs", blank).astype("string").fillna("").str.strip()
+    quiet = (own == "") & (df.get("supervision", blank) != "weak")
+    mixed = df.groupby("trial_id")["lr_timing"].transform("nunique") > 1
+    return quiet | mixed
 
 
 def load_study(name: str, path: str | Path, cache_dir: str | Path | None = None) -> Study:

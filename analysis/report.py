@@ -12,8 +12,9 @@ code 2 and a one-line message; foreign or damaged files are all named at once, o
 each, with what to do (as the runner's `verify=true`).
 
 This module runs a report end to end (`write_report`, `build_study`) and holds the
-command line (`main`). The pieces: the section registry `analysis.sections` and the
-built-in sections `analysis.builtin_sections`, the study overview `analysis.overview`,
+command line (`main`). The pieces: the section registry `analysis.sections`, the built-in
+sections `analysis.builtin_sections` and the adaptive-seed decisions
+`analysis.adaptive_section`, the study overview `analysis.overview`,
 the pages `analysis.render`, phase timings `analysis.timings`. The names that were
 defined here before the module was split stay importable from here.
 """
@@ -27,8 +28,8 @@ import time
 from pathlib import Path
 
 from analysis import stats
-from analysis.adaptive_section import adaptive_section, read_decisions
-from analysis.builtin_sections import gnn_section, sdc_section  # registers them: gnn, then sdc
+from analysis.adaptive_section import adaptive_section  # registers gnn, sdc, then adaptive
+from analysis.builtin_sections import gnn_section, sdc_section
 from analysis.load import StoreError, Study, load_store
 from analysis.overview import DESCRIBED_AXES, Overview, overview, rows_missing_seeds
 from analysis.render import CSS, METHOD, StudyReport, render_html, render_markdown, summarise
@@ -38,8 +39,8 @@ from analysis.variants import add_data_axes, add_rows, add_variant, row_axes, ro
 
 __all__ = [
     "CSS", "DESCRIBED_AXES", "DESCRIPTION", "LAST_TIMINGS", "METHOD", "SECTIONS", "Context",
-    "Overview", "Section", "SectionFn", "SectionSpec", "StudyReport", "build_study",
-    "gnn_section", "main", "overview", "register_section", "render_html", "render_markdown",
+    "Overview", "Section", "SectionFn", "SectionSpec", "StudyReport", "adaptive_section",
+    "build_study", "gnn_section", "main", "overview", "register_section", "render_html", "render_markdown",
     "sdc_section", "write_report",
 ]
 
@@ -60,28 +61,28 @@ def build_study(study: Study, out: Path, n_boot: int, figures: bool,
                          "(missing column(s) accuracy, attn_auc_l0)")
     sections: list[Section] = []
     rows_missing: list[str] = []
+    labelled: dict[bytes, tuple] = {}  # the rows a section reads -> their labels, made once
     for spec in SECTIONS.values():
-        ok = ok_all[spec.rows(ok_all).to_numpy(dtype=bool)] if not ok_all.empty else ok_all
-        if ok.empty:
+        if ok_all.empty:
             continue
-        with timed("labels"):
-            ok = add_data_axes(add_variant(ok))
-            axes = row_axes(ok)
-            ok = add_rows(ok, axes)
-            rows = row_order(ok)
-            rows_missing += rows_missing_seeds(ok)
-        ctx = Context(study, ok, axes, rows, out / "tables", out / "figures", n_boot, figures,
-                      jobs)
+        mask = spec.rows(ok_all).to_numpy(dtype=bool)
+        if not mask.any():
+            continue
+        if mask.tobytes() not in labelled:
+            with timed("labels"):
+                ok = add_data_axes(add_variant(ok_all[mask]))
+                axes = row_axes(ok)
+                ok = add_rows(ok, axes)
+                labelled[mask.tobytes()] = (ok, axes, row_order(ok))
+                rows_missing += rows_missing_seeds(ok)
+        ctx = Context(study, *labelled[mask.tobytes()], out / "tables", out / "figures", n_boot,
+                      figures, jobs)
         sec = spec.build(ctx)
+        if not (sec.tables or sec.figures or sec.findings or sec.notes or sec.banner):
+            continue  # nothing to say on this study (the adaptive section of fixed seeds)
         with timed("write tables"):
             for t in sec.tables:
                 sec.files += t.save(ctx.tables_dir, f"{study.name}__{t.name}")
-        sections.append(sec)
-    decisions = read_decisions(study.path)
-    if decisions is not None:  # an adaptive-seed study: what each round decided
-        sec = adaptive_section(decisions, study.name, out / "figures" if figures else None)
-        for t in sec.tables:
-            sec.files += t.save(out / "tables", f"{study.name}__{t.name}")
         sections.append(sec)
     return StudyReport(study, ov, sections, rows_missing)
 

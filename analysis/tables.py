@@ -70,7 +70,7 @@ COUNTING = {"colors": "green nodes", "triangles": "triangles"}  # count regressi
 
 def zero_count_note(cells: pd.DataFrame) -> str | None:
     """Why a COLORS or TRIANGLES accuracy reads 0.0 ± 0.0 (every run scored 0), naming the
-    cells; None when no such cell is shown."""
+    cells; `cells` are the ones a table shows: None when none of them is such a cell."""
     c = primary(cells)
     c = c[c["dataset"].isin(list(COUNTING)) & (c["column"] != AUC_COLUMN)]
     zero = c[(c["mean"].to_numpy(dtype=float) == 0) & (c["std"].fillna(0).to_numpy(dtype=float)
@@ -206,7 +206,7 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
                      "before their hyper-parameter tuning, per split (its weak D&D-300 model had "
                      "a hidden attention layer of 32). Two sources of their own; see "
                      "docs/fidelity.md for the authors' code run here on the same splits.")
-    zero = zero_count_note(cells)
+    zero = zero_count_note(c.drop_duplicates(["row", "dataset", "column"]))  # the cells shown
     if zero:
         notes.append(zero)
     if reduced:

@@ -427,3 +427,58 @@ def test_cache_reads_only_new_files_and_matches_a_cold_read(store, tmp_path, mon
     assert seen == [str((root / "known" / "trials" / "new.parquet").resolve())]
     ids = set(again.trials["trial_id"])
     assert "new" in ids and "gin_unsup" not in ids
+
+
+def test_the_paper_tables_zero_note_names_only_the_cells_it_shows(tmp_path):
+    """Both rows read 0.0 ± 0.0 on TRIANGLES; only ChebyGIN has a paper number, so the paper
+    table shows only it and its note names only it (the main table names both)."""
+    rows = [trial_record(trial_id=b, seed=s, split=sp, dataset="triangles", backbone=b,
+                         K=1 if b == "gcn" else 2, accuracy=0.1 if sp == "val" else 0.0)
+            for b in ("chebygin", "gcn") for s in (0, 1)
+            for sp in ("val", "test_orig", "test_large")]
+    write_trials(tmp_path / "res", "zero", rows)
+    write_report(tmp_path / "res", tmp_path / "out", figures=False, n_boot=100)
+
+    def note(table: str) -> str:
+        text = (tmp_path / "out" / "tables" / f"zero__{table}.md").read_text()
+        return next(line for line in text.splitlines() if "not a failure" in line)
+
+    assert "GCN unsup on TRIANGLES" in note("main")
+    paper = (tmp_path / "out" / "tables" / "zero__paper.md").read_text()
+    assert "| GCN unsup |" not in paper and "| ChebyGIN unsup |" in paper
+    assert "ChebyGIN unsup on TRIANGLES" in note("paper")
+    assert "GCN unsup on TRIANGLES" not in note("paper")
+
+
+def test_a_config_without_lr_drops_is_one_row_whatever_timing_its_rows_stored(tmp_path):
+    """Rows stored before the lr_timing axis (read as "early") and later rows ("published") of a
+    config that drops no LR (its id leaves the timing out) are one table row; so are a weak
+    trial's rows that stored both (its id says the timing changed nothing: model B drops no
+    LR either). A config that drops keeps its timing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    trials = tmp_path / "res" / "t" / "trials"
+
+    def rows(tid: str, seeds, **axes) -> list[dict]:
+        return [trial_record(trial_id=tid, seed=s, split=sp, dataset="colors", epochs=5,
+                             accuracy=0.2 + 0.1 * s, **axes)
+                for s in seeds for sp in ("val", "test_orig", "test_large")]
+
+    write_trials(tmp_path / "res", "t", rows("nodrop", (1, 2), lr_decay_epochs="",
+                                            lr_timing="published")
+                 + rows("weak", (1, 2), lr_decay_epochs="", supervision="weak",
+                        lr_timing="published")
+                 + rows("drop", (1, 2), lr_decay_epochs="3", normalizer="sparsemax",
+                        lr_timing="published"))
+    old = rows("nodrop", (0,), lr_decay_epochs="") + rows("weak", (0,), lr_decay_epochs="",
+                                                           supervision="weak")
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items()
+                                          if k not in ("acc_by_size", "gt_mass_curve")}
+                                         for r in old]), trials / "before-issue-41.parquet")
+    (study,) = load_store(tmp_path / "res")
+    timing = study.trials.groupby("trial_id")["lr_timing"].unique().map(list).to_dict()
+    assert timing == {"nodrop": [""], "weak": [""], "drop": ["published"]}
+    write_report(tmp_path / "res", tmp_path / "out", figures=False, n_boot=100)
+    main_rows = pd.read_csv(tmp_path / "out" / "tables" / "t__main.csv")["row"].tolist()
+    assert len(main_rows) == 3 and not any("early" in r for r in main_rows), main_rows

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from ablate.config import ADDED_AXES, TrialConfig, inapplicable, resolve, trial_id
+from ablate.config import CHANGED_DEFAULTS, TrialConfig, axes, inapplicable, lr_drops, resolve, trial_id
 from ablate.data import dataset_recipe_hash
 from ablate.models.layers import Graph
 from ablate.models.pooling import AttentionPool
@@ -62,7 +62,8 @@ def test_the_scorer_study_has_four_distinct_models_and_blanks_the_axis_where_it_
 
 
 def test_analysis_reads_rows_stored_before_the_axis_as_its_earlier_value(tmp_path):
-    assert load.ADDED_AXES == ADDED_AXES  # the analysis imports nothing from ablate: a mirror
+    # the analysis imports nothing from ablate: a mirror
+    assert load.ADDED_AXES == CHANGED_DEFAULTS["axes"]
     trials = tmp_path / "s" / "trials"
     trials.mkdir(parents=True)
     base = {"seed": 0, "split": "test_orig", "status": "ok", "dataset": "colors",
@@ -74,3 +75,19 @@ def test_analysis_reads_rows_stored_before_the_axis_as_its_earlier_value(tmp_pat
     assert not pd.isna(df.loc["old", "scorer_relu"])
     assert bool(df.loc["old", "scorer_relu"]) is False
     assert bool(df.loc["new", "scorer_relu"]) is True
+
+
+def test_the_analysis_reads_a_timing_as_neutral_only_where_no_model_drops_its_lr():
+    """`analysis.load.timing_changed_nothing` (on a trial's stored columns) agrees with
+    `ablate.config.lr_drops`, which it cannot import: never neutral where a model drops; always
+    where a trial without weak supervision has no drop (weak trials: by their stored rows)."""
+    cfgs = [t.config for name in ("paper", "supervision", "tu") for t in build_study(name)[0].trials]
+    cfgs += [resolve(TrialConfig(dataset=d, supervision=s, epochs=e, lr_decay_epochs=decay))
+             for d in ("colors", "mnist_sp", "proteins") for s in ("unsup", "weak")
+             for e in (None, 7) for decay in ((), None)]
+    df = pd.DataFrame([{**axes(c), "trial_id": str(i)} for i, c in enumerate(cfgs)])
+    neutral = load.timing_changed_nothing(df).tolist()
+    assert any(neutral) and not all(neutral)
+    for c, n in zip(cfgs, neutral, strict=True):
+        assert not (n and lr_drops(c)), c
+        assert n or lr_drops(c) or c.supervision == "weak", c

@@ -182,6 +182,39 @@ def test_the_superpixel_pool_never_forks_beside_another_thread():
         np.testing.assert_array_equal(b, d)
 
 
+_CHOSEN = """import sys, threading, time
+import numpy as np
+from tqdm.auto import tqdm
+from ablate.data import pool, superpixels
+chosen = []
+pick = pool.start_method
+pool.start_method = lambda: chosen.append(pick()) or chosen[-1]
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+rng = np.random.default_rng(0)
+images = rng.random((4, 28, 28)) * (rng.random((4, 28, 28)) > 0.6)
+out = superpixels.images_to_superpixels(images, progress=sys.argv[2] == "bar", workers=2, chunksize=2)
+same = all((a == c).all() and (b == d).all() for (a, b), (c, d)
+           in zip(out, superpixels.images_to_superpixels(images, workers=1), strict=True))
+print(*chosen, same, tqdm.monitor_interval)
+"""
+
+
+@pytest.mark.parametrize("threads, bar, method", [("alone", "quiet", "fork"), ("alone", "bar", "fork"),
+                                                  ("thread", "quiet", "loky")])
+def test_images_to_superpixels_forks_where_the_driver_runs_no_other_thread(tmp_path, threads, bar,
+                                                                           method):
+    """Item 8: the progress bar (shown or not) starts no tqdm monitor thread, so a single-threaded
+    driver's pool forks (no fresh interpreter importing torch); beside another thread it is loky.
+    The user's own tqdm keeps its monitor setting."""
+    script = tmp_path / "chosen.py"
+    script.write_text(_CHOSEN)
+    run = subprocess.run([sys.executable, str(script), threads, bar], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=180, env=_env())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [method, "True", "10"]
+
+
 _NO_GUARD = """import threading, time
 import numpy as np
 import pytest

@@ -7,7 +7,7 @@ to any of them renames stored trials and fails here.
 
 import pytest
 
-from ablate.config import CHANGED_DEFAULTS, TrialConfig, resolve, trial_id
+from ablate.config import CHANGED_DEFAULTS, TrialConfig, lr_drops, model_b_config, resolve, trial_id
 from ablate.runner.study.expand import build_study
 
 # study -> (first trial's id, last trial's id), `build_study(name)` at 4c3b4dc (before issue
@@ -62,3 +62,17 @@ def test_the_earlier_tu_split_resumes_the_store_made_before_it():
 def test_changed_defaults_name_real_fields():
     assert set(CHANGED_DEFAULTS["axes"]) <= set(TrialConfig.__dataclass_fields__)
     assert TrialConfig().lr_timing == "published" != CHANGED_DEFAULTS["axes"]["lr_timing"]
+
+
+def test_a_weak_trial_whose_model_b_drops_its_lr_hashes_the_timing():
+    """Weak supervision trains model B with the recipe's drops unless `epochs` was set: with
+    no drop of its own, the timing still changes model B, so it is a new trial; with epochs
+    set and no drop anywhere it changes nothing and the id stays."""
+    recipe_epochs = resolve(TrialConfig(dataset="colors", supervision="weak", lr_decay_epochs=()))
+    assert not recipe_epochs.lr_decay_epochs and model_b_config(recipe_epochs).lr_decay_epochs
+    assert lr_drops(recipe_epochs)
+    assert trial_id(recipe_epochs, "h") != trial_id(recipe_epochs.replace(lr_timing="early"), "h")
+    explicit = resolve(TrialConfig(dataset="colors", supervision="weak", epochs=5,
+                                   lr_decay_epochs=()))
+    assert not lr_drops(explicit) and not model_b_config(explicit).lr_decay_epochs
+    assert trial_id(explicit, "h") == trial_id(explicit.replace(lr_timing="early"), "h")

@@ -64,8 +64,11 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
     params = dict(params or {})
     unknown = sorted(set(params) - set(defaults))
     if unknown:
+        from ablate.errors import did_you_mean
+
+        hint = next((h for k in unknown if (h := did_you_mean(k, sorted(defaults), "data."))), "")
         raise ConfigError(f"unknown parameter(s) {unknown} for dataset {name!r}; "
-                          f"valid: {', '.join(sorted(defaults))}")
+                          f"valid: {', '.join(sorted(defaults))}{hint}")
     resolved = {**defaults, **params}
     if name in ("mnist_sp", "digits_sp"):  # choice-valued parameters, checked before anything runs
         from ablate.data import mnist
@@ -101,7 +104,7 @@ def _hashable(name: str, params: dict) -> dict:
     A MNIST-75SP / digits recipe with every parameter of `EARLIER_MNIST` at its earlier value
     makes the data of before issue 26 and keeps its hash (`SAME_DATA_EARLIER`)."""
     key = {k: v for k, v in params.items() if k not in ("path", "url")}
-    if name in TU_NAMES and key.get("split") == "earlier":  # the split rule before issue 33
+    if name in TU_NAMES and key.get("split") == EARLIER_TU_SPLIT:  # the rule before issue 33
         del key["split"]
         if key.get("n_train_val") is None:
             from ablate.data.tu import EARLIER_N_TRAIN_VAL
@@ -146,19 +149,21 @@ SAME_DATA: dict[str, str] = {
     "7c426bbd7cbc": "76c53eee43db",  # colors
     "a1c72c4ff181": "c447f7061c65",  # triangles
     # mnist_sp and digits_sp: SLIC's kernels through ablate.compat, the superpixel pool's
-    # start method (issue 35) and the pool moved out to ablate.data.pool (issue 42) changed
-    # the sources, not the data: issue 26's digest
-    "8fa9b3e396cc": "8b68ba1e3dc4",
+    # start method (issue 35), the pool moved out to ablate.data.pool (issue 42) and a progress
+    # bar without tqdm's monitor thread changed the sources, not the data: issue 26's digest
+    "a4b0af6b60b2": "8b68ba1e3dc4",
 }
 
 # Issue 26 made MNIST-75SP and digits as the authors made them (SLIC as scikit-image 0.15,
 # their noise scale): new data, new recipe hashes and trial ids. The recipe parameters it
 # added, at these values, give the data of before bit for bit (`slic=v0.19`: today's
 # scikit-image; `noise=nodes`: noise in units of our own std); such a recipe leaves them out
-# of its key and maps the new source digest to the one before (docs/recipes.md).
+# of its key and maps the new source digest to the one before (docs/recipes.md). With
+# `EARLIER_TU_SPLIT` below, the one source of the data values `ablate.config.CHANGED_DEFAULTS`
+# leaves out of trial ids.
 EARLIER_MNIST: dict[str, str] = {"slic": "v0.19", "noise": "nodes"}
 SAME_DATA_EARLIER: dict[str, str] = {
-    "8fa9b3e396cc": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issues 35, 42)
+    "a4b0af6b60b2": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issues 35, 42)
     "8f1052e31de1": "a92a47d7eba2",  # proteins, dd, collab with split=earlier (one source)
 }
 
@@ -166,6 +171,7 @@ SAME_DATA_EARLIER: dict[str, str] = {
 # training graphs). `split=earlier` is the rule before; its recipes hash as they did (the
 # parameter left out, n_train_val at its earlier default), so their trial ids stay.
 TU_NAMES = ("proteins", "dd", "collab")
+EARLIER_TU_SPLIT = "earlier"
 
 
 @functools.cache

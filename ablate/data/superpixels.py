@@ -99,6 +99,18 @@ def _chunk_superpixels(task: tuple[np.ndarray, str]) -> list[tuple[np.ndarray, n
     return [image_superpixels(img, rule) for img in images]
 
 
+def _bar(**kwargs: object):
+    """A tqdm bar that starts no monitor thread (tqdm starts one even for a disabled bar): with
+    it alive the pool would never fork (`ablate.data.pool.start_method`). Only this bar's
+    class goes without; the caller's own tqdm bars keep theirs."""
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):
+        monitor_interval = 0
+
+    return Bar(**kwargs)
+
+
 def images_to_superpixels(
     images: np.ndarray,
     progress: bool = False,
@@ -114,13 +126,10 @@ def images_to_superpixels(
     when `workers <= 1`, when there is at most one chunk, or inside a daemonic
     process that may not fork). A tqdm bar goes to stderr when `progress`.
     """
-    from tqdm.auto import tqdm
-
     slic.check_rule(rule)
     images = np.asarray(images)
     chunks = [(images[i:i + chunksize], rule) for i in range(0, len(images), chunksize)]
-    bar = tqdm(total=len(images), desc=desc, file=sys.stderr, disable=not progress,
-               unit="img")
+    bar = _bar(total=len(images), desc=desc, file=sys.stderr, disable=not progress, unit="img")
     out: list[tuple[np.ndarray, np.ndarray]] = []
     try:
         for res in map_chunks(_chunk_superpixels, chunks, workers):

@@ -1,7 +1,8 @@
 """Fitting one graph model (the eager, sequential path): the recipe's optimiser, LR and loss.
 
 Training follows SPEC §3: Adam (lr 1e-3, betas (0.5, 0.999), L2 weight decay
-1e-4), LR x0.1 from the recipe's epochs on, batch 32, MSE on a count or
+1e-4), LR x0.1 for each of the recipe's drop epochs m, from epoch m + 1 on
+(`lr_timing=published`; from m under `early`: `lr_at`), batch 32, MSE on a count or
 cross-entropy, plus the model's KL term (`NetOutput.reg`).
 """
 

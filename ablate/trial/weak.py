@@ -1,7 +1,7 @@
 """Leave-one-node-out attention: weak supervision and the attention of global-pool models.
 
-`weak_targets` is the seed-by-seed driver: it trains model B (`model_b_config`, seed
-s + `MODEL_B_SEED`) and sets the train split's attention targets to its alpha_WS. A pack
+`weak_targets` is the seed-by-seed driver: it trains model B (`ablate.config.model_b_config`,
+seed s + `MODEL_B_SEED`) and sets the train split's attention targets to its alpha_WS. A pack
 (`ablate.trial.packed`) trains the model B of all its members as one pack instead, computes
 every member's alpha_WS together and gives each member its own targets
 (`TrainBatches.set_member_gt`): the same numbers as `weak_targets` seed by seed.
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ablate.config import TU_DATASETS, TrialConfig, recipe
+from ablate.config import TU_DATASETS, TrialConfig, model_b_config
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
 from ablate.trial.batches import SIZE_BREAK, DenseBatch, TrainBatches, eval_batches
@@ -152,16 +152,6 @@ def leave_one_out_attention(model, gs: GraphSet, device: torch.device,
 def weak_floor(cfg: TrialConfig) -> float:
     """alpha_WS values below this are zeroed (the reference floors at 1e-3 on TU only)."""
     return 1e-3 if cfg.dataset in TU_DATASETS else 0.0
-
-
-def model_b_config(cfg: TrialConfig) -> TrialConfig:
-    """Model B of a weak config: global pooling, unsupervised, the recipe's epochs and LR
-    schedule (the attention model's own where `cfg.epochs` was set explicitly)."""
-    r = recipe(cfg.dataset)
-    explicit = cfg.epochs != r.get("attn_epochs", r["epochs"])
-    return cfg.replace(pool_layers=(), supervision="unsup",
-                       epochs=cfg.epochs if explicit else r["epochs"],
-                       lr_decay_epochs=cfg.lr_decay_epochs if explicit else r["lr_decay_epochs"])
 
 
 def weak_targets(cfg: TrialConfig, splits: dict[str, GraphSet], train: TrainBatches,

@@ -32,6 +32,7 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -42,7 +43,6 @@ from ablate.runner.execute.ray_env import (
     check_resources,
     gpus_per_trial,
     quiet_ray_env,
-    ship_data,
     tune_storage,
 )
 from ablate.runner.execute.reap import embedded_session, end_session
@@ -107,7 +107,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
                 if todo:
                     store.check_space()
                 else:
-                    store.write_plan([t.trial_id for t in study.trials])
+                    store.write_plan(study.plan_ids)
             except OSError as e:
                 summary.storage_error = write_error(e, store.dir)
                 summary.remaining = [t.trial_id for t in todo]
@@ -155,10 +155,10 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         display.step("starting Ray" if not address else "joining Ray")
         started = ray_start.wait()
         summary.timings["ray_start"] = ray_start.seconds
+        mode = RayMode(address, started)
         with _sigterm_as_interrupt(summary), handlers_kept_through_tune():
-            _run_tune(study, todo, splits, store, summary,
-                      embedded=RayMode(address, started).embedded, display=display,
-                      stream=stream, t_start=t_start)
+            _run_tune(study, todo, splits, store, summary, embedded=mode.embedded,
+                      ship=mode.ship, display=display, stream=stream, t_start=t_start)
     except KeyboardInterrupt as e:  # during start-up (Tune handles its own)
         summary.signal = summary.signal or signal_name(e)
         if "tune" not in summary.timings:  # no trial's result was counted: all stay to do
@@ -217,8 +217,10 @@ class _sigterm_as_interrupt:
 
 
 def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summary: Summary,
-              embedded: bool, display: Progress, stream: TextIO,
+              embedded: bool, ship: Callable[[int], bool], display: Progress, stream: TextIO,
               t_start: float | None = None) -> None:
+    """Tune's run of `todo`; `ship(nodes)`: whether the prepared data go to the trials through
+    the object store (`RayMode.ship`, the rule of search studies too)."""
     import ray
     from ray import tune
 
@@ -241,14 +243,14 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         gpus = gpus_per_trial(study.spec.gpus_per_trial)
         check_resources(study, gpus, embedded=embedded, stream=stream)
         try:
-            store.write_plan([t.trial_id for t in study.trials])  # the run is accepted now
+            store.write_plan(study.plan_ids)  # the run is accepted now
         except OSError as e:  # the disk filled since `check_space`: exit 3, the same line
             from ablate.runner.execute.store import write_error
 
             summary.storage_error = write_error(e, store.dir)
             summary.remaining = [t.trial_id for t in todo]
             return
-        ship = ship_data(embedded, len(ray.nodes()))  # the rule of search studies too
+        shipped = ship(len(ray.nodes()))
         spec = study.spec
         cache = os.environ.get("ABLATE_CACHE")
         packs = make_packs(todo, pack_seeds(spec.pack_size, gpus))
@@ -271,7 +273,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
                                  {pk.pack_id: [t.trial_id for t in pk.trials] for pk in packs},
                                  max_failures=spec.max_failures)
         fn = tune.with_resources(
-            tune.with_parameters(trainable, blobs=dataset_pieces(todo, ship), payloads=table),
+            tune.with_parameters(trainable, blobs=dataset_pieces(todo, shipped), payloads=table),
             _pack_resources)
         worker_deaths_as_trial_failures()
         tuner = tune.Tuner(

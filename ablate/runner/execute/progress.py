@@ -168,9 +168,14 @@ class Progress:
         self.step_done += n
 
     def trials(self, todo: int, skipped: int) -> None:
-        """Trials start running: the line counts them from now on."""
+        """Trials start running: the line counts them from now on (an adaptive study's next
+        round counts its own, from zero)."""
         with self._lock:
             self.todo, self.skipped, self.step_name, self.step_draw = todo, skipped, None, True
+            self.done = self.failed = self.retries = 0
+            self.running.clear()
+            self.epochs.clear()
+            self._first_done, self._last_counts = None, ()
         self.refresh(force=True)
 
     @contextlib.contextmanager
@@ -274,8 +279,6 @@ class Progress:
     def _epoch_eta(self, left: int, packs: list[tuple]) -> float:
         """Before two trials finish: the running packs' remaining epochs at their own pace, then
         the trials not yet started, each as long as a running one, as many at once as run now."""
-        if not packs:
-            return 0.0
         remaining = max((n - e) * spe for _, _, e, n, spe in packs)
         per_trial = sum(n * spe for _, _, _, n, spe in packs) / len(packs)
         waiting = max(0, left - len(self.running))

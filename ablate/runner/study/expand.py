@@ -42,10 +42,17 @@ class Trial:
 class Study:
     spec: StudySpec
     trials: list[Trial]
+    # what plan.json names when it is more than `trials`: an adaptive study's rounds so far
+    planned: list[str] | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def plan_ids(self) -> list[str]:
+        """The trial ids a run records as planned (plan.json)."""
+        return list(self.planned) if self.planned is not None else [t.trial_id for t in self.trials]
 
 
 def coerce(name: str, value: Any, hint: Any) -> Any:
@@ -157,28 +164,10 @@ def make_trial(kind: str, cfg: Any, recipes: dict | None = None) -> Trial:
     try:
         data_hash = recipes[key] if recipes is not None and key in recipes else k.data_hash(cfg)
     except ConfigError as e:
-        raise ConfigError(f"data.*: {e}{_data_key_hint(str(e), cfg)}") from None
+        raise ConfigError(f"data.*: {e}") from None
     if recipes is not None:
         recipes[key] = data_hash
     return Trial(k.trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
-
-
-def _data_key_hint(message: str, cfg: Any) -> str:
-    """"Did you mean" for a misspelt dataset parameter (data.KEY) of a graph trial."""
-    if "did you mean" in message or "unknown parameter" not in message:
-        return ""
-    try:
-        from ablate.data import dataset_params
-
-        takes = sorted(dataset_params(cfg.dataset))
-    except Exception:  # noqa: BLE001 - not a graph dataset: no hint
-        return ""
-    for key, _ in cfg.data_params:
-        if key not in takes:
-            hint = did_you_mean(key, takes, prefix="data.")
-            if hint:
-                return hint
-    return ""
 
 
 def _drop_unused_required(kind: str, axes: dict) -> dict:
@@ -232,11 +221,15 @@ def check_plan_size(spec: StudySpec) -> int:
     """The number of trials the study expands to; above the study's `trial_limit`, a one-line
     `ConfigError` naming the count, the axes that multiply it and the setting that lifts it."""
     total, why = plan_size(spec)
+    _check_limit(spec, total, why)
+    return total
+
+
+def _check_limit(spec: StudySpec, total: int, why: str) -> None:
     if total > spec.trial_limit:
         raise ConfigError(f"study {spec.name} expands to {total:,} trials ({why}), more than "
                           f"trial_limit={spec.trial_limit}; narrow a sweep, or lift the limit "
                           f"with trial_limit={total}")
-    return total
 
 
 def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
@@ -300,14 +293,21 @@ def build_study(name: str, overrides: list[str] = (), directory: Path | None = N
 
 def expand_rounds(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
     """The trials of every round of an adaptive study, round by round: what it may train at
-    most (each trial holds seeds of one round only, so a round's trials keep their ids)."""
+    most (each trial holds seeds of one round only, so a round's trials keep their ids). The
+    study's `trial_limit` holds for all its rounds together, checked before any is built."""
     import dataclasses
 
-    out: dict[str, Trial] = {}
-    for r in range(1, spec.adaptive.rounds + 1):
-        one = dataclasses.replace(spec, seeds=spec.adaptive.round_seeds(r),
+    ad = spec.adaptive
+    rounds = [dataclasses.replace(spec, seeds=ad.round_seeds(r),
                                   variants=[{k: v for k, v in var.items() if k != "seeds"}
                                             for var in spec.variants])
+              for r in range(1, ad.rounds + 1)]
+    sizes = [plan_size(one) for one in rounds]
+    _check_limit(spec, sum(n for n, _ in sizes),
+                 f"{len(rounds)} rounds of adaptive seeds up to max={ad.max}; round 1: "
+                 f"{sizes[0][1]}")
+    out: dict[str, Trial] = {}
+    for r, one in enumerate(rounds, 1):
         for t in expand(one, progress if r == 1 else None):
             out.setdefault(t.trial_id, t)
     return list(out.values())
