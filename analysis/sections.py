@@ -74,7 +74,8 @@ def register_section(name: str, rows: Callable[[pd.DataFrame], pd.Series]
     """Register a section builder for the rows `rows(df)` selects (a boolean Series).
 
     Used as a decorator: `@register_section("sdc", lambda df: df.dataset.str.startswith("sdc"))`.
-    Sections run in registration order; one whose rows are empty is skipped.
+    Sections run in registration order; one whose rows are empty, or that builds nothing, is
+    skipped.
     """
     def deco(fn: SectionFn) -> SectionFn:
         SECTIONS[name] = SectionSpec(name, rows, fn)

@@ -36,7 +36,7 @@ one transfer per evaluation; the pooled test AUC from device-side attention, one
 On CUDA a pack that does not fit in memory is split in halves and run in turn.
 
 Weak supervision packs in three stages (`_weak_member_targets`): the model B of every
-member (`ablate.trial.weak.model_b_config`, seed + `MODEL_B_SEED`) trains as one pack, the
+member (`ablate.config.model_b_config`, seed + `MODEL_B_SEED`) trains as one pack, the
 leave-one-out alpha_WS of all of them is computed together, and each member's row becomes its
 own targets (`TrainBatches.set_member_gt`, gathered per member by the step); then model A
 trains as a pack. The seeds, initialisations, batch orders and losses are those of
@@ -308,7 +308,7 @@ def fit_members(stack: MemberStack, train: TrainBatches, cfg: TrialConfig, devic
 def _weak_member_targets(members: list[Member], splits: dict[str, GraphSet],
                          train: TrainBatches, device: torch.device, in_ch: int,
                          out_ch: int) -> dict[int, str]:
-    """Weak supervision for a pack: every member's model B (`weak.model_b_config`, seed +
+    """Weak supervision for a pack: every member's model B (`config.model_b_config`, seed +
     `weak.MODEL_B_SEED`) trained as one pack without validation curves, the alpha_WS of all
     of them computed together and set as each member's own targets
     (`TrainBatches.set_member_gt`), as `weak.weak_targets` does seed by seed. Returns the
