@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARK = re.compile(r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)",
+MARK = re.compile(r"(<!-- generated:(?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)",
                   re.S)
 
 
@@ -405,7 +405,7 @@ def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
     dirty = (text[1].strip() != "0") if sha and len(text) > 1 else None
     out = {}
     for line in text:
-        m = re.match(r"# ([a-z_]+): (\{.*\})$", line)
+        m = re.match(r"# ([a-z0-9_]+): (\{.*\})$", line)
         if m:
             out[m.group(1)] = json.loads(m.group(2))
     prov = out.pop("provenance", None)
@@ -414,13 +414,21 @@ def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
     return out, sha, dirty
 
 
+MEMORY_LOGS = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/bench_memory.log",
+               "cpu-2026-11-27-memory-final/bench_memory.log",
+               "cpu-2026-11-27-memory-real/bench_memory.log",
+               "cpu-2026-11-27-memory-real/bench_memory_eval.log"]
+
+
 def memory() -> str:
-    logs = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/bench_memory.log"]
     names = {"colors": "COLORS", "triangles": "TRIANGLES", "mnist_sp": "MNIST-75SP",
-             "dd": "D&D-shaped", "collab": "COLLAB-shaped"}
+             "dd": "D&D-shaped", "collab": "COLLAB-shaped", "proteins_real": "PROTEINS (real)",
+             "dd_real": "D&D (real)"}
     rows, sources = {}, []
-    for rel in logs:  # a later log replaces an earlier one's rows
+    for rel in MEMORY_LOGS:  # a later log replaces an earlier one's rows
         got, sha, dirty = _memory_lines(rel)
+        got = {(f"{n}_real" if r.get("source") == "real" else n): r for n, r in got.items()
+               if n in DATA_SETS}
         for name, rec in got.items():
             rows[name] = (rec, rel)
         if got:
@@ -438,7 +446,38 @@ def memory() -> str:
                    f"{r['prepare_s']:.1f} s | {r['prepare_peak_mb']:.0f} MB | {r['split']}: "
                    f"{r['eval_s']:.1f} s ({loo}) | {r['eval_peak_mb']:.0f} MB | {r['declared_mb']:.0f} MB |")
     return "\n".join(out) + "\n\nSource: " + "; ".join(sources) + \
-        " (`python benchmarks/bench_memory.py`; 2 cores, other work running at times; one run).\n"
+        " (`python benchmarks/bench_memory.py`; 2 cores, other work running at times; one run; " \
+        "the real zips: `--tu-files shared/fixtures/tu`).\n"
+
+
+DATA_SETS = ("colors", "triangles", "mnist_sp", "proteins", "dd", "collab")
+
+
+def memory_e2e() -> str:
+    """bench_memory's end-to-end runs (`# e2e_NAME: {json}`): every process's peak."""
+    runs = []
+    for rel in MEMORY_LOGS:
+        got, sha, dirty = _memory_lines(rel)
+        runs += [(rec, rel, sha, dirty) for n, rec in got.items() if n.startswith("e2e_")]
+    if not runs:
+        return "No end-to-end run kept.\n"
+    out = []
+    for rec, rel, sha, dirty in runs:
+        data = {"dd": "D&D", "mnist_sp": "MNIST-75SP"}.get(rec["data"], rec["data"])
+        trials = "; ".join(
+            f"{'global pool' if not t['pool_layers'] else t['supervision']}: train "
+            f"{t['train_s']:.0f} s, evaluate {t['eval_s']:.0f} s, own peak {t['peak_rss_mb']:.0f} MB"
+            for t in rec["trials"])
+        out += [f"**{data} ({rec['source']} files)**, two rows through the runner, one epoch each, two "
+                f"trials at once: {rec['line']} ({rec['wall_s']:.0f} s wall). Trials: {trials}. "
+                f"Declared to Ray per trial: {', '.join(f'{m:.0f} MB' for m in rec['declared_mb'])}.",
+                "", "| process | peak RSS | peak PSS |", "|---|---:|---:|"]
+        out += [f"| {p['role']} | {p['peak_rss_mb']} MB | {p['peak_pss_mb']} MB |"
+                for p in rec["processes"] if p["peak_rss_mb"] >= 100]
+        out += [f"| all processes together (peak of the summed PSS) | | {rec['all_pss_peak_mb']} MB |",
+                "", f"Source: `benchmarks/results/{rel}` ({_tree(sha[:7] if sha else None, dirty)}; "
+                "processes under 100 MB left out).", ""]
+    return "\n".join(out)
 
 
 def _estimate_walls(rel: str = "cpu-2026-11-26-estimate/estimate.log") -> dict[str, float]:
@@ -524,6 +563,7 @@ def studies() -> str:
 TABLES: dict[str, Callable[[], str]] = {
     "studies": studies,
     "memory": memory,
+    "memory_e2e": memory_e2e,
     "gpu_steps": gpu_steps, "gpu_recipes": gpu_recipes, "scale": scale,
     "tu_fidelity": tu_fidelity, "mnist_reference": mnist_reference,
     "mnist_fullsize": mnist_fullsize, "tu_published": tu_published,
