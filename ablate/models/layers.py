@@ -30,7 +30,12 @@ class Graph:
         self._ops: dict[tuple[int, bool], Tensor] = {}
 
     def with_mask(self, mask: Tensor) -> Graph:
-        """The induced subgraph on the nodes of `mask` (same storage, new operators)."""
+        """The induced subgraph on the nodes of `mask` (same storage, new operators).
+
+        Pooling replaces this graph by the subgraph for the rest of a forward, so this graph's
+        cached operators are released: an evaluation never holds the operators of both (a
+        later `operator` call makes them again; in training autograd keeps what it needs)."""
+        self._ops.clear()
         return Graph(self.A, mask)
 
     def operator(self, K: int, sum_aggregation: bool) -> Tensor:
@@ -47,17 +52,18 @@ def propagation(A: Tensor, m: Tensor, self_loops: bool) -> tuple[Tensor, Tensor]
 
     Both act on the subgraph induced by the node mask `m`; degrees D are computed after
     masking (including the self-loop for the GCN operator). The mask is folded into
-    d = m D^-1/2, so L = A * (d d^T) needs two passes over the (B, N, N) tensor.
+    d = m D^-1/2, so L = A * (d d^T) needs two passes over the (B, N, N) tensor, both in the one
+    new tensor; the GCN operator's identity term is added on its diagonal alone (the zeros a
+    dense I added elsewhere change no bit where A >= 0, as every adjacency here is).
     Shapes: A (B, N, N), float mask m (B, N) -> L (B, N, N), deg (B, N).
     """
     deg = torch.bmm(A, m.unsqueeze(-1)).squeeze(-1) * m  # (B, N) degree inside the subgraph
     if self_loops:
         deg = deg + m
     d = (deg + 1e-5).pow(-0.5) * m  # (B, N), zero on absent nodes
-    outer = d.unsqueeze(2) * (d if self_loops else -d).unsqueeze(1)  # (B, N, N)
-    L = A * outer
+    L = (d.unsqueeze(2) * (d if self_loops else -d).unsqueeze(1)).mul_(A)  # (B, N, N) A * d d^T
     if self_loops:
-        L = L + torch.diag_embed(d * d)
+        L.diagonal(dim1=-2, dim2=-1).add_(d * d)
     return L, deg
 
 
@@ -70,7 +76,7 @@ def chebyshev_basis(L: Tensor, x: Tensor, K: int) -> list[Tensor]:
     if K > 1:
         terms.append(torch.bmm(L, x))
     for _ in range(2, K):
-        terms.append(2 * torch.bmm(L, terms[-1]) - terms[-2])
+        terms.append(torch.bmm(L, terms[-1]).mul_(2).sub_(terms[-2]))  # no temporaries
     return terms
 
 
@@ -82,16 +88,27 @@ def stacked_operator(A: Tensor, m: Tensor, K: int, sum_aggregation: bool) -> Ten
     features unscaled, orders >= 1 are multiplied by the degree for SUM.
     A layer then computes sum_k T_k X W_k as one matmul: bmm(P, Y) with
     Y (B, K*N, H) holding X W_k in rows k*N .. k*N + N - 1.
+    Memory, in (B, N, N) units besides A (`ablate.trial.footprint.operator_units`): K = 1 makes
+    P in place (1); K > 1 holds L, T_0 and the terms of orders >= 1 while they are made (K + 1),
+    then only those K - 1 terms and P (2K - 1).
     Shapes: A (B, N, N), m (B, N) -> (B, N, K*N).
     """
     if K == 1:
         L, deg = propagation(A, m, self_loops=True)
-        return (L * deg.unsqueeze(-1) if sum_aggregation else L)
+        return (L.mul_(deg.unsqueeze(-1)) if sum_aggregation else L)
     L, deg = propagation(A, m, self_loops=False)
-    eye, *higher = chebyshev_basis(L, torch.diag_embed(m), K)  # T_k(L); T_0 = I on present nodes
-    if sum_aggregation:
-        higher = [t * deg.unsqueeze(-1) for t in higher]  # orders >= 1 times degree
-    return torch.cat([eye, *higher], dim=-1)
+    higher = chebyshev_basis(L, torch.diag_embed(m), K)[1:]  # T_k(L), k >= 1
+    del L  # T_0 = I on present nodes went with the list: P's first block is written directly
+    N = m.shape[-1]
+    P = higher[0].new_empty(*higher[0].shape[:-1], K * N)
+    eye = P[..., :N]
+    eye.zero_()
+    eye.diagonal(dim1=-2, dim2=-1).copy_(m)
+    for k, t in enumerate(higher, 1):
+        if sum_aggregation:
+            t.mul_(deg.unsqueeze(-1))  # orders >= 1 times degree
+        P[..., k * N:(k + 1) * N] = t
+    return P
 
 
 class GraphLayer(nn.Module):

@@ -10,6 +10,7 @@ and a split too large to keep collated is collated batch by batch.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -221,6 +222,8 @@ class EvalBatches(Sequence):
     graphs keep their collated batches when the split's padded adjacency fits `keep_entries`
     (validation splits, read for every curve point), else each batch is collated when read
     (a large test split is read once or twice: its batches never all sit in memory at once).
+    Before such a read the heap's free pages go back to the system (`release_free_heap`), so the
+    working set of the batches before it does not stay resident under the next, larger one's.
     """
 
     def __init__(self, gs: GraphSet, batch_size: int, device: torch.device | str,
@@ -239,8 +242,31 @@ class EvalBatches(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         ids = self.groups[i]  # IndexError past the end: ends iteration
-        b = self.kept[i] if self.kept is not None else collate(self.gs, ids).to(self.device)
-        return ids, b.with_adjacency()
+        if self.kept is not None:
+            return ids, self.kept[i].with_adjacency()
+        release_free_heap()
+        return ids, collate(self.gs, ids).to(self.device).with_adjacency()
+
+
+def release_free_heap() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
+
+    `ablate.trial.setup.tune_allocator` keeps freed memory in the heap, which tiny training
+    steps reuse; the (N, N) tensors of a phase that is over (an evaluation batch, a
+    leave-one-out chunk) stay resident there too when the heap holds them (a Tune trial's
+    thread: those under 64 MB), beside the larger tensors that follow, mapped apart (D&D's
+    test split: 0.2 GB)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None  # libc's malloc_trim, False where there is none
 
 
 def _size_groups(sizes: np.ndarray, batch_size: int, max_entries: int) -> list[np.ndarray]:

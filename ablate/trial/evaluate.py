@@ -84,12 +84,12 @@ def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> di
         ys.append(b.y.cpu())
         sizes.append(b.n_nodes.cpu())
         if n_pools:
-            firsts = [(p.alpha, p.gt, p.mask_before) for p in o.pools]
-            for layer, p in enumerate(o.pools):
-                m = p.mask_before
-                alphas[layer].append(p.alpha[m].cpu())
-                gts[layer].append(p.gt[m].cpu())
-                kept[layer].append(torch.from_numpy(metrics.ratio_kept(m, p.graph.mask)))
+            pools = [(p.alpha, p.gt, p.mask_before, p.graph.mask) for p in o.pools]  # no graphs
+            firsts = [q[:3] for q in pools]
+            for layer, (alpha, gt, m, after) in enumerate(pools):
+                alphas[layer].append(alpha[m].cpu())
+                gts[layer].append(gt[m].cpu())
+                kept[layer].append(torch.from_numpy(metrics.ratio_kept(m, after)))
         elif loo_alpha is not None and (alpha := loo_alpha(b)) is not None:
             firsts = [(alpha, b.gt, b.mask)]
             alphas[0].append(alpha[b.mask].cpu())
@@ -102,6 +102,7 @@ def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> di
             ft_hit, ft_total = ft_hit + hit, ft_total + tot
             has = (g > 0).any(-1).cpu().numpy()
             masses.append(metrics.gt_mass(a, g, m)[has])
+        del b, o  # the next batch's forward must not find this one's adjacency and operators
     pred, y, size = torch.cat(preds), torch.cat(ys), torch.cat(sizes).numpy()
     correct = (pred.double() == y.double()).numpy()
     rec = {

@@ -2,31 +2,85 @@
 
 The runner declares it to Ray as the trial's ``memory`` resource, so Ray never starts more
 trials on a node than its memory holds (`ablate.runner.execute.driver`). It adds up what a worker
-keeps (`ablate.trial.batches`, `ablate.trial.evaluate`):
+holds at a trial's peak (`ablate.trial.batches`, `ablate.trial.evaluate`, `ablate.trial.weak`):
 
-- the worker itself: Python with torch, PyG, Ray and ablate imported (`WORKER_BYTES`);
+- the worker itself: a Ray Tune trial worker with torch, PyG and ablate imported, after its
+  first training step (`WORKER_BYTES`);
 - the prepared file, memory-mapped: every page of it may be read during a trial;
-- the training split, collated once where it fits (`collated_entries`), else one batch;
-- the validation batches kept for the curves (point graphs: features and centroids);
-- the working set of the largest evaluation batch: its adjacency, the stacked
-  propagation operator (K blocks), the adjacency's float64 derivation for point graphs,
-  and the activations of the members evaluated together; leave-one-out attention's
-  chunks (`ablate.trial.pack_loo.CHUNK_ENTRIES`) where the dataset has ground truth.
+- what stays collated: the training split where it fits (`collated_entries`), else one batch;
+  the validation batches kept for the curves; weak supervision's per-member targets;
+- the largest of the phases that follow one another (`working_set`):
+  - evaluating the largest batch: (N, N) float32 tensors of its adjacency's size
+    (`batch_bytes`: A and the stacked propagation operator while it is made, or the float64
+    derivation of a point graph's adjacency), and the activations of the members evaluated
+    together;
+  - leave-one-out attention where a test split has ground truth: the batch's adjacency and
+    operator, and one chunk of removal copies (`loo_bytes`, `ablate.trial.pack_loo`);
+  - weak supervision's model B scoring the training split by leave-one-out: its evaluation
+    batches and one chunk of removal copies (model B and its batches are gone afterwards);
+- what the heap keeps of earlier phases (`HEAP_KEPT`), and `SLACK`.
 
-`benchmarks/bench_memory.py` sets the estimate beside the measured peak memory of real
-trials at full size; `tests/test_host_memory.py` checks that Ray runs no more trials than
-the declared memory fits (it does not check the estimate itself).
+A Tune trial runs in a thread (its function trainable's), whose glibc arena maps a tensor of
+`ARENA_CHUNK` or more and unmaps it when it is freed: such tensors count while alive. Smaller
+ones live in the arena's heaps, which keep freed pages (`ablate.trial.setup.tune_allocator`)
+until `ablate.trial.batches.release_free_heap` gives back what it can.
+
+Measured with Ray 2.60, torch 2.13, glibc 2.36 on a CPU, in Tune trial workers: 479 MB after
+the imports, 514 MB after a first small trial; study=tu's D&D-200 rows (one epoch) peaked at
+1294 MB (global pool) and 1318 MB (weak supervision), declared 1792 MB: the test split's
+5,748-node graph as 6 tensors of 132 MB (ChebyNet, K = 3) while its operator is made, as
+`operator_units` counts them. Before the lifetimes in `ablate.models.layers`,
+`ablate.trial.evaluate` and `ablate.trial.weak` were fixed, 10 and 13 of them were alive
+(the operator's temporaries, the previous batch's operator, the pooled graph's), and the
+rows peaked at 2198 MB and 2825 MB, declared 2048 MB. `tests/test_footprint.py` checks the
+counts and the estimate against the peak of trials with one large graph;
+`tests/test_host_memory.py` checks that Ray runs no more trials than the declared memory
+fits; `benchmarks/bench_memory.py` sets both beside real trials at full size.
 """
 
 from __future__ import annotations
 
 from ablate.config import TrialConfig
+from ablate.trial.pack_loo import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
+from ablate.trial.weak import LOO_MAX_NODES  # evaluation's leave-one-out skips larger graphs
 
-WORKER_BYTES = 900 << 20  # a trial worker before its data: the interpreter and its libraries
+WORKER_BYTES = 576 << 20  # a trial worker before its data (514 MB measured, see above)
 F32 = 4
 EVAL_ENTRIES = 2_000_000  # adjacency entries of an evaluation batch (`batches.eval_batches`)
-LOO_ENTRIES = 16_000_000  # entries of a leave-one-out chunk (`pack_loo.CHUNK_ENTRIES`)
+POINT_UNITS = 8  # point graphs' adjacency made in float64: (N, N, 2) differences and squares
+PAD = 1.25  # padded (N, N) entries of size-sorted evaluation batches over the sum of N^2
+ARENA_CHUNK = 64 << 20  # a thread's arena maps tensors from this size on (glibc's heap size)
+HEAP_KEPT = 64 << 20  # what release_free_heap cannot give back: the top of a thread's heap
 SLACK = 1.25  # allocator fragmentation and what this sum leaves out
+
+
+def operator_units(K: int) -> int:
+    """(B, N, N) float32 tensors alive at once while a batch's propagation operator is made,
+    its adjacency A included (`ablate.models.layers.stacked_operator`): A and the operator made
+    in place for K = 1; A, the K - 1 Chebyshev terms of orders >= 1 and the stacked operator
+    (K blocks) for K > 1. Pooling releases its input graph's operator (`Graph.with_mask`):
+    a pooled model needs no more."""
+    return 2 if K == 1 else 2 * K
+
+
+def batch_bytes(entries: int, K: int, points: bool) -> int:
+    """Bytes of (B, N, N) tensors resident at an evaluation batch's peak (`entries`: its
+    adjacency's): `operator_units`, and for K > 1 L and T_0, freed just before the operator is
+    made, whose pages a heap keeps when they are under `ARENA_CHUNK`; or, before the operator,
+    the float64 derivation of a point graph's adjacency (`ablate.data.kernel.adjacency_batch`)."""
+    unit = F32 * entries
+    freed = 2 * unit if K > 1 and unit < ARENA_CHUNK else 0
+    return max(operator_units(K) * unit + freed, POINT_UNITS * unit if points else 0)
+
+
+def loo_bytes(n: int, K: int, width: int, graphs: int) -> int:
+    """Bytes of one leave-one-out chunk of a split's (`graphs`) graphs of `n` nodes: the
+    copies' adjacency and operator (`batch_bytes` of their N^3 entries) and their activations
+    (2K + 2 per node and channel). Graphs per chunk as `ablate.trial.weak.copies_entries`
+    and `pack_loo` count them: their N^3 (K + 1) + N^2 width entries fill `LOO_ENTRIES`."""
+    per_graph = max(1, min(graphs, LOO_ENTRIES // max(1, n ** 3 * (K + 1) + n * n * width)))
+    return (batch_bytes(per_graph * n ** 3, K, False)
+            + F32 * (2 * K + 2) * per_graph * n * n * width)
 
 
 def pack_bytes(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
@@ -34,24 +88,41 @@ def pack_bytes(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
     """Bytes of host memory a worker needs to run `cfgs` (one pack, one dataset recipe) on a
     CPU, from the recipe's `ablate.data.cache.footprint` `data`; `precollate_entries` and
     `keep_entries`: how many entries `TrainBatches` and `eval_batches` keep collated."""
+    return int(WORKER_BYTES + data["bytes"]
+               + SLACK * working_set(cfgs, data, precollate_entries, keep_entries))
+
+
+def working_set(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
+                keep_entries: int) -> int:
+    """Bytes the pack's trials add to their worker at their peak (`pack_bytes` less the worker
+    and the prepared file, before `SLACK`)."""
     cfg = cfgs[0]
+    K = cfg.K or 1
     members = sum(len(c.seeds) for c in cfgs)
     splits = data["splits"]
+    train = splits["train"]
     width = max([s["channels"] for s in splits.values()] + list(cfg.filters) + [cfg.hidden or 0])
-    need = _kept(splits["train"], precollate_entries, cfg.batch_size)
+    kept = _kept(train, precollate_entries, cfg.batch_size)
     if "val" in splits:
-        need += _kept(splits["val"], keep_entries, 0)
-    biggest = max(s["max_nodes"] for s in splits.values())
-    entries = max(EVAL_ENTRIES, biggest * biggest)  # one evaluation batch's adjacency
-    need += F32 * entries * (cfg.K + 3)  # A, the stacked operator, the float64 derivation
-    nodes = entries // max(biggest, 1)  # nodes of that batch
-    need += F32 * nodes * width * 8 * min(members, 8)  # activations of the members at once
-    tests_gt = any(s.get("gt", True) for k, s in splits.items() if k not in ("train", "val"))
-    if not cfg.pool_layers and cfg.loo_auc and tests_gt:
-        need += F32 * LOO_ENTRIES * (cfg.K + 2)
+        kept += _eval_kept(splits["val"], keep_entries)
     if cfg.supervision == "weak":  # per-member targets of the training nodes
-        need += F32 * members * splits["train"]["nodes"]
-    return int(WORKER_BYTES + data["bytes"] + SLACK * need)
+        kept += F32 * members * train["nodes"]
+    biggest = max(s["max_nodes"] for s in splits.values())
+    entries = max(EVAL_ENTRIES, biggest * biggest)  # the largest evaluation batch's adjacency
+    nodes = entries // max(biggest, 1)  # nodes of that batch
+    points = any(s["points"] for s in splits.values())
+    phases = [batch_bytes(entries, K, points)
+              + F32 * nodes * width * (2 * K + 2) * min(members, 8)]
+    tests = [s for k, s in splits.items() if k not in ("train", "val") and s.get("gt", True)]
+    if not cfg.pool_layers and cfg.loo_auc and tests:  # the batch's A and operator stay
+        n = min(LOO_MAX_NODES, max(s["max_nodes"] for s in tests))
+        g = max(s["graphs"] for s in tests)
+        phases.append(F32 * (K + 1) * EVAL_ENTRIES
+                      + max(loo_bytes(m, K, width, g) for m in range(1, n + 1)))
+    if cfg.supervision == "weak":  # model B: the training split by leave-one-out
+        phases.append(_eval_kept(train, keep_entries) + max(
+            loo_bytes(m, K, width, train["graphs"]) for m in range(1, train["max_nodes"] + 1)))
+    return int(kept + max(phases) + HEAP_KEPT)
 
 
 def _kept(split: dict, limit: int, batch: int) -> int:
@@ -62,3 +133,15 @@ def _kept(split: dict, limit: int, batch: int) -> int:
     if split["graphs"] * per_graph <= limit:
         return F32 * split["graphs"] * per_graph
     return F32 * batch * per_graph
+
+
+def _eval_kept(split: dict, limit: int) -> int:
+    """Bytes of a split's evaluation batches kept collated (`batches.EvalBatches`): point
+    graphs' features and centroids; edge graphs' adjacency and features where their padded
+    adjacency fits `limit` entries (else each batch is made when read: the phases count it)."""
+    nodes = PAD * split["nodes"]
+    if split["points"]:
+        return int(F32 * nodes * (split["channels"] + 4))
+    if PAD * split["sum_n2"] > limit:
+        return 0
+    return int(F32 * (PAD * split["sum_n2"] + nodes * (split["channels"] + 2)))

@@ -49,6 +49,7 @@ def run_seed(cfg: TrialConfig, splits: dict[str, GraphSet], seed: int,
                            "val_auc": v["attn_auc_l0"]})
 
     train_s = fit(model, cfg, train, seed, on_epoch)
+    del train  # the test splits' evaluation does not need the collated training split
     records = []
     for split, gs in splits.items():
         if split == "train":

@@ -25,7 +25,7 @@ from torch import Tensor
 from ablate.config import TU_DATASETS, TrialConfig, model_b_config
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
-from ablate.trial.batches import SIZE_BREAK, DenseBatch, TrainBatches, eval_batches
+from ablate.trial.batches import SIZE_BREAK, DenseBatch, TrainBatches, eval_batches, release_free_heap
 from ablate.trial.fit import fit
 from ablate.trial.local_loo import loo_outputs, supports_local_loo
 from ablate.trial.setup import seeded_model
@@ -85,8 +85,8 @@ def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_00
     """
     B, N, C = batch.x.shape
     regression = getattr(model, "regression", True)
-    graph = Graph(batch.A, batch.mask)
-    full, cls = output_scores(model(batch.x, graph).out, regression, None, target)  # (B,)
+    out = model(batch.x, Graph(batch.A, batch.mask)).out  # its operators go with it
+    full, cls = output_scores(out, regression, None, target)  # (B,)
     diff = torch.zeros(B, N, dtype=batch.x.dtype, device=batch.x.device)
     per_graph = max(1, chunk_entries // copies_entries(model, N, C))  # graphs per chunk
     for s in range(0, B, per_graph):
@@ -163,4 +163,5 @@ def weak_targets(cfg: TrialConfig, splits: dict[str, GraphSet], train: TrainBatc
     alpha_ws = leave_one_out_attention(model_b, splits["train"], device, cfg.test_batch_size,
                                        cfg.weak_target, weak_floor(cfg))
     train.set_gt(alpha_ws)
+    release_free_heap()  # model B and its leave-one-out chunks are gone: so are their pages
 
