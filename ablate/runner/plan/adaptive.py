@@ -337,10 +337,9 @@ def store_values(ad: AdaptiveSeeds, plan: PlanRows, results_dir: str | Path,
                  study: str) -> pd.DataFrame:
     """The metric per (row, dataset, split, seed) from the study's store (status ok); empty
     before the first result file. A store the report cannot read (a foreign or damaged file)
-    is the runner's one-line `StoreError`."""
+    is one `ConfigError` line, as the runner gives for its store (exit 2)."""
     import pandas as pd
 
-    from ablate.runner.execute.store import StoreError as RunnerStoreError
     from analysis.load import BadFiles, StoreError, load_study
     from result_store import reader
 
@@ -352,11 +351,11 @@ def store_values(ad: AdaptiveSeeds, plan: PlanRows, results_dir: str | Path,
         ok = load_study(study, folder).ok
     except BadFiles as e:
         more = f" (and {len(e.problems) - 3} more)" if len(e.problems) > 3 else ""
-        raise RunnerStoreError(f"{len(e.problems)} problem file(s) in {folder}: "
+        raise ConfigError(f"{len(e.problems)} problem file(s) in {folder}: "
                                f"{'; '.join(e.problems[:3])}{more}; list them all with "
                                "verify=true") from None
     except StoreError as e:
-        raise RunnerStoreError(str(e)) from None
+        raise ConfigError(str(e)) from None
     col = METRICS[ad.metric]
     if ok.empty or col not in ok.columns:
         return empty
