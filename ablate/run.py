@@ -34,7 +34,7 @@ import dataclasses  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ablate.errors import ConfigError  # noqa: E402
-from ablate.runner.execute.signals import raise_on_sigterm, signal_name  # noqa: E402
+from ablate.runner.execute.signals import raise_if_terminated, raise_on_sigterm, signal_name  # noqa: E402
 from ablate.runner.study.compose import (  # noqa: E402
     RUN_KEYS,
     STUDIES_DIR,
@@ -266,6 +266,7 @@ def _main(argv: list[str]) -> int:
                       "can only re-check it")
             return 0
 
+        raise_if_terminated()  # a SIGTERM some library swallowed while the study was built
         _keep_study_file(study, options["results_dir"])
         if study.spec.adaptive is not None:  # rounds of seeds, as long as comparisons are open
             from ablate.runner.execute.rounds import run_adaptive

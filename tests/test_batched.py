@@ -309,3 +309,36 @@ def test_a_pack_that_runs_out_of_memory_is_split_in_halves(monkeypatch):
     out = batched.run_seeds_batched(cfg, splits, torch.device("cpu"))
     assert sizes == [5, 2, 3, 1, 2]  # 5 -> 2 + 3 -> 3 -> 1 + 2
     assert [o[0][0]["seed"] for o in out] == [0, 1, 2, 3, 4]  # every member, in order
+
+
+def test_a_pack_frees_its_training_split_before_the_test_splits_and_trims_after_model_b(
+        monkeypatch):
+    """As `run_seed` does: the collated training split is not alive while the test splits are
+    evaluated, and after the pack's model B (weak supervision) the heap's free pages go back."""
+    import gc
+    import weakref
+
+    made, trims, seen = [], [], []
+
+    class Tracked(batched.TrainBatches):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(weakref.ref(self))
+
+    real_eval = batched.evaluate_members
+
+    def evaluate_members(stack, alive, batches, cfg, fields="all", **kw):
+        if fields != "curve":  # a split's evaluation after training, not a validation curve
+            gc.collect()
+            seen.append([r() is not None for r in made])
+        return real_eval(stack, alive, batches, cfg, fields=fields, **kw)
+
+    monkeypatch.setattr(batched, "TrainBatches", Tracked)
+    monkeypatch.setattr(batched, "evaluate_members", evaluate_members)
+    monkeypatch.setattr(batched, "release_free_heap", lambda: trims.append(len(made)))
+    cfg = resolve(tiny(seeds=(0, 1), epochs=2, supervision="weak"))
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    out = batched.run_seeds_batched(cfg, splits, torch.device("cpu"))
+    assert all(isinstance(o, tuple) for o in out)
+    assert seen and made and not any(any(s) for s in seen), seen
+    assert trims == [1]  # once, after model B, before the members' own model is made

@@ -323,3 +323,29 @@ def test_session_clean_up_stops_rays_processes_never_a_users_viewer_of_its_logs(
     assert ray_dir and is_ray_process([f"{ray_dir}core/src/ray/raylet/raylet", "--x"], ray_dir)
     assert is_ray_process(["/usr/bin/python", "-u", f"{ray_dir}_private/log_monitor.py"], ray_dir)
     assert not is_ray_process(["less", f"{session}/logs/gcs_server.out"], ray_dir)
+
+
+def test_a_sigterm_a_library_swallows_during_start_up_still_stops_the_run(tmp_path, monkeypatch,
+                                                                         capsys):
+    """SIGTERM raises `Terminated` (a KeyboardInterrupt); a library that catches it around its
+    own work must not let the run go on: the next stage boundary raises it again."""
+    real = driver.prepare_datasets
+    started = []
+
+    def swallowing(trials, **kw):
+        if started:
+            return real(trials, **kw)
+        started.append("data")
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # what `except BaseException: ...` in some library does
+        return real(trials, **kw)
+
+    monkeypatch.setattr(driver, "prepare_datasets", swallowing)
+    monkeypatch.setattr(driver, "_run_tune", lambda *a, **kw: started.append("tune"))
+    monkeypatch.setattr(driver, "RayStarter", lambda *a: started.append("ray"))
+    assert run_main(["study=smoke", f"results_dir={tmp_path}", "progress=none"]) == 143
+    assert RESUME in capsys.readouterr().out and started == ["data"]
+    assert not ray.is_initialized()

@@ -64,7 +64,7 @@ from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.errors import ConfigError, DeviceMemoryExhausted
 from ablate.models.layers import Graph
-from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches
+from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches, release_free_heap
 from ablate.trial.epochs import report_epoch
 from ablate.trial.evaluate import loo_batch, loo_plan
 from ablate.trial.fit import lr_at
@@ -337,6 +337,8 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     train = TrainBatches(splits["train"], device)
     weak_failed = (_weak_member_targets(members, splits, train, device, in_ch, out_ch)
                    if cfg.supervision == "weak" else {})  # model B first: per-member targets
+    if cfg.supervision == "weak":
+        release_free_heap()  # every model B and its leave-one-out chunks are gone: their pages too
     stack = MemberStack(members, in_ch, out_ch, device)
     cos_p = init_cosines(stack.models, cfg.dataset, in_ch)  # one transfer for the pack
     val = eval_batches(splits["val"], cfg.test_batch_size, device)
@@ -346,6 +348,7 @@ def _run_members(members: list[Member], splits: dict[str, GraphSet],
     failed, curves = fit_members(stack, train, cfg, device, replays(cfg, device), val, every,
                                  failed=weak_failed)
     train_s = (time.perf_counter() - t0) / S  # validation curves included, as in `fit`
+    del train  # the test splits' evaluation does not need the collated training split
 
     alive = [i for i in range(S) if i not in failed]
     records: list[list[dict]] = [[] for _ in members]

@@ -47,7 +47,7 @@ from ablate.runner.execute.ray_env import (
 )
 from ablate.runner.execute.reap import embedded_session, end_session
 from ablate.runner.execute.ship import dataset_pieces
-from ablate.runner.execute.signals import handlers_kept_through_tune, signal_name
+from ablate.runner.execute.signals import handlers_kept_through_tune, raise_if_terminated, signal_name
 from ablate.runner.execute.worker import trainable
 from ablate.runner.plan.checks import check_devices, check_resources_early, cluster_address
 from ablate.runner.plan.datasets import prepare_datasets, reads_local_files
@@ -138,6 +138,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         try:
             bars = stream.isatty()
             splits = prepare_datasets(first, progress=bars, display=display)  # bad paths: before Ray
+            raise_if_terminated()  # a SIGTERM some library swallowed: not worth starting Ray
             if not address:  # a trial this machine's memory cannot hold: refused before Ray
                 check_memory({t.trial_id: trials_memory([t]) for t in first},
                              [node_memory_estimate()], embedded=True)
@@ -152,9 +153,11 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             summary.remaining = [t.trial_id for t in todo]
             return
         summary.timings["datasets"] = time.time() - t0
+        raise_if_terminated()
         display.step("starting Ray" if not address else "joining Ray")
         started = ray_start.wait()
         summary.timings["ray_start"] = ray_start.seconds
+        raise_if_terminated()
         mode = RayMode(address, started)
         with _sigterm_as_interrupt(summary), handlers_kept_through_tune():
             _run_tune(study, todo, splits, store, summary, embedded=mode.embedded,

@@ -28,7 +28,11 @@ def _importing(frame) -> bool:
     return False
 
 
+_PENDING = threading.Event()  # SIGTERM came: set until the process ends
+
+
 def _raise_terminated(signum, frame) -> None:
+    _PENDING.set()
     if _importing(frame):
         # raised inside an import, the error would leave a library half-imported (numpy
         # without `matrix`: seen), and a library that catches it would fail later on the
@@ -44,9 +48,19 @@ def exit_resumable() -> None:
     os._exit(143)
 
 
+def raise_if_terminated() -> None:
+    """Raise `Terminated` again if SIGTERM came and the run is still going: a library that
+    caught the first one (`except BaseException`, `except KeyboardInterrupt` around its own
+    work) would otherwise let a stopped run go on. Called between start-up's stages."""
+    if _PENDING.is_set():
+        raise Terminated()
+
+
 def raise_on_sigterm() -> None:
-    """From now on SIGTERM raises `Terminated` in the main thread (a no-op in other threads)."""
+    """From now on SIGTERM raises `Terminated` in the main thread (a no-op in other threads);
+    a SIGTERM that ended an earlier run of this process is forgotten."""
     if threading.current_thread() is threading.main_thread():
+        _PENDING.clear()
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
