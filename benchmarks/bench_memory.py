@@ -16,9 +16,11 @@ generated 28x28 digit images (`bench_mnist_prep.digit_images`), a TU zip shaped 
 shaped like COLLAB (5,000 dense ego-networks, mean ~74 nodes, max 492, ~2,460 edges each,
 no node labels).
 
-`--tu-files DIR`: the TU zips found in DIR (with its `checksums.json`, e.g. the real
-PROTEINS and D&D of `shared/fixtures/tu`) are served instead of generated ones
-(`--datasets proteins,dd`); the others are still generated.
+`--real-files DIR` (repeatable; `--tu-files` is the same option): the raw files found in DIR
+that its `checksums.json` vouches for are served instead of generated ones: the real PROTEINS
+and D&D zips of `shared/fixtures/tu` (`--datasets proteins,dd`), the real MNIST IDX files of
+`shared/fixtures/mnist` (all four, or the generated images are used); the others are still
+generated.
 
 End to end (`--e2e`): the runner (`run_study`, an embedded Ray, two trials at once on 2
 CPUs) trains two rows of the data set's study for one epoch each and evaluates them:
@@ -32,6 +34,7 @@ A sampler reads every process's resident and proportional memory (RSS, PSS) twic
     python benchmarks/bench_memory.py --datasets dd,collab --no-e2e
     python benchmarks/bench_memory.py --datasets none --e2e  # the end-to-end run only
     python benchmarks/bench_memory.py --datasets dd --tu-files ../shared/fixtures/tu --e2e-data dd
+    python benchmarks/bench_memory.py --datasets mnist_sp --real-files ../shared/fixtures/mnist
 """
 
 from __future__ import annotations
@@ -327,9 +330,10 @@ def main() -> None:
     ap.add_argument("--no-e2e", dest="e2e", action="store_false")
     ap.add_argument("--e2e-data", choices=tuple(E2E_ROWS), default="mnist_sp",
                     help="the data set whose two rows the end-to-end run trains")
-    ap.add_argument("--tu-files", type=Path, default=None,
-                    help="serve the TU zips of this folder (and its checksums.json) instead of "
-                         "generated ones, e.g. shared/fixtures/tu (real PROTEINS and D&D)")
+    ap.add_argument("--real-files", "--tu-files", dest="real_files", type=Path, action="append",
+                    default=[], help="serve the raw files of this folder (and its checksums.json) "
+                    "instead of generated ones: shared/fixtures/tu (real PROTEINS and D&D), "
+                    "shared/fixtures/mnist (real MNIST); repeatable")
     ap.add_argument("--work", help="keep raw files and caches here (default: a temp folder)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -362,16 +366,17 @@ def _measure(args, work: Path) -> None:
     sums_file = work / "sums.json"
     if sums_file.exists():
         sums = json.loads(sums_file.read_text())
-    real = _real_tu(args.tu_files)
+    real = _real_files(args.real_files)
     for name in {*names, *([args.e2e_data] if args.e2e else [])} & DOWNLOADED:
-        label = "train-images-idx3-ubyte.gz" if name == "mnist_sp" else f"{name.upper()}.zip"
-        if label in real:
-            shutil.copyfile(args.tu_files / label, serve / label)
-            sums[label] = real[label]
-            print(f"# serving the real {label} of {args.tu_files}", flush=True)
+        files = raw_files(name)
+        if is_real(name, real):
+            for f in files:
+                shutil.copyfile(real[f][0] / f, serve / f)
+                sums[f] = real[f][1]
+            print(f"# serving the real {', '.join(files)} of {real[files[0]][0]}", flush=True)
         elif name not in TU_SHAPES and name != "mnist_sp":
-            raise SystemExit(f"{name}: no generator for its shape; serve the real zip (--tu-files)")
-        elif label not in sums:
+            raise SystemExit(f"{name}: no generator for its shape; serve the real zip (--real-files)")
+        elif any(f not in sums for f in files):
             t0 = time.time()
             sums.update(write_raw(name, serve))
             print(f"# generated {name} raw files in {time.time() - t0:.0f} s", flush=True)
@@ -387,7 +392,7 @@ def _measure(args, work: Path) -> None:
             prep, _ = run_child("prepare", name, params, env)
             ev, _ = run_child("evaluate", name, params, env)
             rows.append((name, prep, ev))
-            source = {"source": "real" if f"{name.upper()}.zip" in real else "generated"}
+            source = {"source": "real" if is_real(name, real) else "generated"}
             print(f"# {name}: {json.dumps({**prep, **ev, **source})}", flush=True)
         if names:
             _table(rows)
@@ -399,8 +404,8 @@ def _measure(args, work: Path) -> None:
             out, sampler = run_child("e2e", args.e2e_data, PARAMS[args.e2e_data], env,
                                      [str(results)], sample=True)
             _e2e_table(out, sampler, time.time() - t0)
-            label = f"{args.e2e_data.upper()}.zip"
-            rec = {"data": args.e2e_data, "source": "real" if label in real else "generated",
+            rec = {"data": args.e2e_data,
+                   "source": "real" if is_real(args.e2e_data, real) else "generated",
                    "wall_s": round(time.time() - t0, 1), "exit": out["exit"], "line": out["line"],
                    "trials": out.get("trials", []), "declared_mb": out["declared_mb"],
                    "processes": [{"role": role, "peak_rss_mb": round(rss), "peak_pss_mb": round(pss)}
@@ -412,14 +417,28 @@ def _measure(args, work: Path) -> None:
         server.close()
 
 
-def _real_tu(folder: Path | None) -> dict[str, str]:
-    """The zips of `folder` that its checksums.json vouches for: file name -> checksum."""
-    if folder is None:
-        return {}
-    sums = folder / "checksums.json"
-    if not sums.is_file():
-        raise SystemExit(f"--tu-files {folder}: no checksums.json there")
-    return {k: v for k, v in json.loads(sums.read_text()).items() if (folder / k).is_file()}
+def raw_files(name: str) -> tuple[str, ...]:
+    """The raw files the data set `name` is prepared from (what its download fetches)."""
+    from ablate.data.download import MNIST_FILES
+
+    return tuple(f"{f}.gz" for f in MNIST_FILES) if name == "mnist_sp" else (f"{name.upper()}.zip",)
+
+
+def is_real(name: str, real: dict[str, tuple[Path, str]]) -> bool:
+    """Whether every raw file of `name` is among the real files served."""
+    return all(f in real for f in raw_files(name))
+
+
+def _real_files(folders: list[Path]) -> dict[str, tuple[Path, str]]:
+    """The files of `folders` that their checksums.json vouches for: name -> (folder, checksum)."""
+    got: dict[str, tuple[Path, str]] = {}
+    for folder in folders:
+        sums = folder / "checksums.json"
+        if not sums.is_file():
+            raise SystemExit(f"--real-files {folder}: no checksums.json there")
+        got.update({k: (folder, v) for k, v in json.loads(sums.read_text()).items()
+                    if (folder / k).is_file()})
+    return got
 
 
 def _table(rows) -> None:
