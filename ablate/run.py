@@ -34,7 +34,12 @@ import dataclasses  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ablate.errors import ConfigError  # noqa: E402
-from ablate.runner.execute.signals import raise_if_terminated, raise_on_sigterm, signal_name  # noqa: E402
+from ablate.runner.execute.signals import (  # noqa: E402
+    forget_sigterm,
+    raise_if_terminated,
+    raise_on_sigterm,
+    signal_name,
+)
 from ablate.runner.study.compose import (  # noqa: E402
     RUN_KEYS,
     STUDIES_DIR,
@@ -212,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         raise_on_sigterm()  # SIGTERM from here on: the resume line and 143, as under Tune
         return _main(list(sys.argv[1:] if argv is None else argv))
     finally:
+        forget_sigterm()
         if previous is not None and signal.getsignal(signal.SIGTERM) is not previous:
             try:
                 signal.signal(signal.SIGTERM, previous)
@@ -234,6 +240,7 @@ def _main(argv: list[str]) -> int:
         display = _display(argv)  # the live line, from the planning step on
         with display.ticking():
             study, options = build_study(_study_name(argv), argv, progress=display)
+        raise_if_terminated()  # a SIGTERM some library swallowed while the study was built
         from ablate.runner.execute.driver import run_study
         from ablate.runner.execute.store import Store
         from ablate.runner.plan.checks import check_devices, check_resources_early
@@ -266,7 +273,6 @@ def _main(argv: list[str]) -> int:
                       "can only re-check it")
             return 0
 
-        raise_if_terminated()  # a SIGTERM some library swallowed while the study was built
         _keep_study_file(study, options["results_dir"])
         if study.spec.adaptive is not None:  # rounds of seeds, as long as comparisons are open
             from ablate.runner.execute.rounds import run_adaptive

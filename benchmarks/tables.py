@@ -420,23 +420,33 @@ MEMORY_LOGS = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/
                "cpu-2026-11-27-memory-real/bench_memory_after.log"]
 
 
+MEMORY_NAMES = {"colors": "COLORS", "triangles": "TRIANGLES",
+                "mnist_sp": "MNIST-75SP (generated digits)", "dd": "D&D-shaped",
+                "collab": "COLLAB-shaped", "mnist_sp_real": "MNIST-75SP (real)",
+                "proteins_real": "PROTEINS (real)", "dd_real": "D&D (real)"}
+
+
+def _memory_label(name: str) -> str:
+    """A row's label: its data set, and whether the raw files were the real ones."""
+    if name in MEMORY_NAMES:
+        return MEMORY_NAMES[name]
+    base = name.removesuffix("_real")
+    return f"{base.upper()} ({'real' if name.endswith('_real') else 'generated'})"
+
+
 def memory() -> str:
-    names = {"colors": "COLORS", "triangles": "TRIANGLES", "mnist_sp": "MNIST-75SP",
-             "dd": "D&D-shaped", "collab": "COLLAB-shaped", "proteins_real": "PROTEINS (real)",
-             "dd_real": "D&D (real)"}
-    rows, sources = {}, []
+    rows: dict[str, tuple[dict, str]] = {}
+    trees: dict[str, str] = {}
     for rel in MEMORY_LOGS:  # a later log replaces an earlier one's rows
         got, sha, dirty = _memory_lines(rel)
-        got = {(f"{n}_real" if r.get("source") == "real" else n): r for n, r in got.items()
-               if n in DATA_SETS}
-        for name, rec in got.items():
-            rows[name] = (rec, rel)
-        if got:
-            sources.append(f"`benchmarks/results/{rel}` ({', '.join(names[n] for n in got)}; "
-                           f"{_tree(sha[:7] if sha else None, dirty)})")
+        trees[rel] = _tree(sha[:7] if sha else None, dirty)
+        for n, rec in got.items():
+            if n in DATA_SETS:
+                rows[f"{n}_real" if rec.get("source") == "real" else n] = (rec, rel)
     out = ["| data set | graphs (train / largest test) | prepared | prepare | driver peak | evaluate the "
            "largest test split | worker peak | declared to Ray |", "|---|---|---:|---:|---:|---|---:|---:|"]
-    for name, label in names.items():
+    for name in [*MEMORY_NAMES, *sorted(set(rows) - set(MEMORY_NAMES))]:
+        label = _memory_label(name)
         if name not in rows:
             out.append(f"| {label} | not measured since the logs were kept | | | | | | |")
             continue
@@ -445,9 +455,14 @@ def memory() -> str:
         out.append(f"| {label} | {r['graphs']['train']} / {r['eval_graphs']} | {r['file_mb']:.1f} MB | "
                    f"{r['prepare_s']:.1f} s | {r['prepare_peak_mb']:.0f} MB | {r['split']}: "
                    f"{r['eval_s']:.1f} s ({loo}) | {r['eval_peak_mb']:.0f} MB | {r['declared_mb']:.0f} MB |")
+    shown: dict[str, list[str]] = {}  # the logs whose rows the table shows, in log order
+    for name, (_, rel) in rows.items():
+        shown.setdefault(rel, []).append(_memory_label(name))
+    sources = [f"`benchmarks/results/{rel}` ({', '.join(shown[rel])}; {trees[rel]})"
+               for rel in MEMORY_LOGS if rel in shown]
     return "\n".join(out) + "\n\nSource: " + "; ".join(sources) + \
         " (`python benchmarks/bench_memory.py`; 2 cores, other work running at times; one run; " \
-        "the real zips: `--tu-files shared/fixtures/tu`).\n"
+        "the real files: `--real-files shared/fixtures/tu`, `--real-files shared/fixtures/mnist`).\n"
 
 
 DATA_SETS = ("colors", "triangles", "mnist_sp", "proteins", "dd", "collab")

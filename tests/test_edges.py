@@ -22,7 +22,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before `import ray` (DESIGN.m
 import ray  # noqa: E402
 
 from ablate.run import main as run_main  # noqa: E402
-from ablate.runner.execute import driver  # noqa: E402
+from ablate.runner.execute import driver, signals  # noqa: E402
 from ablate.runner.execute.driver import run_study  # noqa: E402
 from ablate.runner.execute.progress import Progress, Summary  # noqa: E402
 from ablate.runner.execute.reap import (  # noqa: E402
@@ -349,3 +349,4 @@ def test_a_sigterm_a_library_swallows_during_start_up_still_stops_the_run(tmp_pa
     assert run_main(["study=smoke", f"results_dir={tmp_path}", "progress=none"]) == 143
     assert RESUME in capsys.readouterr().out and started == ["data"]
     assert not ray.is_initialized()
+    signals.raise_if_terminated()  # the run is over: the next run of this process starts clean

@@ -120,6 +120,62 @@ def test_evaluating_a_pooled_model_holds_one_batch_and_one_operator():
     assert live.peak < (footprint.operator_units(cfg.K) + 0.5) * unit  # activations: 0.3 units
 
 
+class _Recorded:
+    """Evaluation batches that remember (weakly) the adjacency of every batch they gave."""
+
+    def __init__(self, batches):
+        self.batches, self.refs, self.at_read = batches, [], []
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        import gc
+
+        gc.collect()
+        self.at_read.append([r() is not None for r in self.refs])  # none, once read
+        ids, b = self.batches[i]
+        self.refs.append(weakref.ref(b.A))
+        return ids, b
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_no_forward_finds_the_previous_batchs_adjacency(pack, monkeypatch):
+    """Every forward of an evaluation, one seed or a pack of members, and every read of the
+    next batch (`release_free_heap` runs before it): the batches read before are gone (their
+    adjacency collated per read, as a large test split's)."""
+    import gc
+
+    from ablate.trial import packed
+    from ablate.trial.members import Member, MemberStack
+
+    cfg = resolve(TrialConfig(dataset="dd", backbone="chebynet", device="cpu", **ROWS["weak"]))
+    gs = _graphset([30, 40, 50, 60], 8, 3)
+    batches = _Recorded(eval_batches(gs, 1, max_entries=1, keep_entries=0))  # a graph a batch
+    found = []
+    init = Graph.__init__
+
+    def spying(self, A, mask):
+        gc.collect()
+        found.append([r() is not None for r in batches.refs[:-1]])  # all but the current one
+        init(self, A, mask)
+
+    if pack:
+        stack = MemberStack([Member(cfg, s) for s in (0, 1)], 8, 2, torch.device("cpu"))
+        monkeypatch.setattr(Graph, "__init__", spying)
+        packed.evaluate_members(stack, [0, 1], batches, cfg)
+    else:
+        model = seeded_model(cfg, 0, 8, 2, torch.device("cpu"))
+        monkeypatch.setattr(Graph, "__init__", spying)
+        evaluate(model, batches, cfg)
+    assert len(batches.refs) >= 4 and found, found
+    assert not any(any(f) for f in found), found
+    # the width probe of a pack reads the first batch once more, and lets it go
+    assert not any(any(f) for f in batches.at_read), batches.at_read
+
+
 def _child(row: str) -> None:
     """Run one trial of `row` and print its peak memory beside the estimate (JSON)."""
     prepare_process()

@@ -151,3 +151,48 @@ def test_a_search_study_decides_by_the_same_rule_through_ray_address(monkeypatch
     assert _search_ship(monkeypatch, [f"ray_address={OPTION}"], nodes=1) == (True, False)
     # a Ray already running in this process when the search began: a cluster, as for grids
     assert _search_ship(monkeypatch, [], nodes=1, started=False) == (True, False)
+
+
+def _can_unshare_network() -> bool:
+    import shutil
+    import subprocess
+
+    return bool(shutil.which("unshare")) and subprocess.run(
+        ["unshare", "-rn", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_network(), reason="needs unprivileged network namespaces")
+def test_an_unreachable_loopback_is_one_line_at_once_not_minutes_of_ray_waiting(tmp_path):
+    """In a fresh network namespace 127.0.0.1 is down: Ray's GCS start would wait ~10 minutes
+    and end in a traceback. The run says why in one line, before Ray, and exits 2."""
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t0 = time.time()
+    run = subprocess.run(["unshare", "-rn", sys.executable, "-m", "ablate.run", "study=smoke",
+                          f"results_dir={tmp_path}", "progress=none", "seeds=[0]",
+                          "dataset=colors", "backbone=gin"],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    lines = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "127.0.0.1" in lines[0] and "Traceback" not in run.stderr, run.stderr
+    assert time.time() - t0 < 120
+
+
+def test_an_embedded_ray_that_does_not_start_is_one_line(monkeypatch):
+    import ray
+
+    from ablate.errors import ConfigError
+
+    def failing(**kw):
+        raise RuntimeError("Failed to start GCS.  Last 0 lines of error files:\n\n.Please check")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", failing)
+    monkeypatch.setattr(ray_env, "clean_ray_leftovers", lambda: None)
+    with pytest.raises(ConfigError, match=r"^the embedded Ray did not start \(Failed to start "
+                                          r"GCS\.  Last 0 lines of error files:\); its logs"):
+        ray_env.start_ray(None)

@@ -11,7 +11,7 @@ and a split too large to keep collated is collated batch by batch.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -23,6 +23,7 @@ from ablate.data.kernel import adjacency_batch
 from ablate.data.onehot import OneHot
 
 PRECOLLATE_LIMIT = 64_000_000  # adjacency entries (256 MB float32) above which batches are lazy
+EVAL_ENTRIES = 2_000_000  # padded adjacency entries of an evaluation batch
 
 
 @dataclass
@@ -248,6 +249,17 @@ class EvalBatches(Sequence):
         return ids, collate(self.gs, ids).to(self.device).with_adjacency()
 
 
+def each_batch(batches) -> Iterator[DenseBatch]:
+    """The batches of an evaluation (an `eval_batches` sequence or a list of (ids, batch)), one
+    at a time: a batch is let go before the next one is read (iterating a `Sequence` keeps the
+    batch it gave while it reads the next: two batches' adjacency at once). The caller lets go
+    of its own reference before asking for the next."""
+    for i in range(len(batches)):
+        b = batches[i][1]
+        yield b
+        del b
+
+
 def release_free_heap() -> None:
     """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
 
@@ -287,7 +299,7 @@ def _size_groups(sizes: np.ndarray, batch_size: int, max_entries: int) -> list[n
 
 
 def eval_batches(gs: GraphSet, batch_size: int = 100_000, device: torch.device | str = "cpu",
-                 max_entries: int = 2_000_000, keep_entries: int | None = None) -> EvalBatches:
+                 max_entries: int = EVAL_ENTRIES, keep_entries: int | None = None) -> EvalBatches:
     """The evaluation batches of `gs` (`EvalBatches`); `keep_entries` defaults to a quarter of
     what `precollate_limit` allows on the device."""
     dev = torch.device(device)

@@ -9,6 +9,7 @@ seed together, as the papers report it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -16,8 +17,9 @@ import torch
 from ablate.config import TrialConfig
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
-from ablate.models.network import GraphNet
+from ablate.models.network import GraphNet, NetOutput
 from ablate.trial import metrics
+from ablate.trial.batches import DenseBatch, each_batch
 from ablate.trial.fit import task_loss
 from ablate.trial.weak import LOO_MAX_NODES, leave_one_out_batch, weak_attention, weak_floor
 
@@ -52,7 +54,12 @@ def evaluate(model: GraphNet, batches, cfg: TrialConfig, loo: bool = False) -> d
     """Accuracy, loss, attention AUC / ratio kept per pooling layer, FT, by-size accuracy.
     `loo`: leave-one-out attention of a global-pool model (`loo_plan`), per `loo_batch`."""
     model.eval()
-    outputs = ((b, model(b.x, Graph(b.A, b.mask), b.gt)) for _, b in batches)
+
+    def forward_each() -> Iterator[tuple[DenseBatch, NetOutput]]:
+        for b in each_batch(batches):
+            o = model(b.x, Graph(b.A, b.mask), b.gt)
+            yield b, o
+            del b, o  # before the next batch is read (`summarize` lets go of its own)
 
     def loo_alpha(b):
         if not loo_batch(b):
@@ -60,7 +67,7 @@ def evaluate(model: GraphNet, batches, cfg: TrialConfig, loo: bool = False) -> d
         diff = leave_one_out_batch(model, b, target=cfg.weak_target)
         return weak_attention(diff, b.mask, weak_floor(cfg))
 
-    return summarize(outputs, cfg, model.regression, loo_alpha if loo else None)
+    return summarize(forward_each(), cfg, model.regression, loo_alpha if loo else None)
 
 
 def summarize(outputs, cfg: TrialConfig, regression: bool, loo_alpha=None) -> dict:

@@ -41,12 +41,12 @@ fits; `benchmarks/bench_memory.py` sets both beside real trials at full size.
 from __future__ import annotations
 
 from ablate.config import TrialConfig
-from ablate.trial.pack_loo import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
+from ablate.trial.batches import EVAL_ENTRIES  # adjacency entries of an evaluation batch
+from ablate.trial.weak import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
 from ablate.trial.weak import LOO_MAX_NODES  # evaluation's leave-one-out skips larger graphs
 
 WORKER_BYTES = 576 << 20  # a trial worker before its data (514 MB measured, see above)
 F32 = 4
-EVAL_ENTRIES = 2_000_000  # adjacency entries of an evaluation batch (`batches.eval_batches`)
 POINT_UNITS = 8  # point graphs' adjacency made in float64: (N, N, 2) differences and squares
 PAD = 1.25  # padded (N, N) entries of size-sorted evaluation batches over the sum of N^2
 ARENA_CHUNK = 64 << 20  # a thread's arena maps tensors from this size on (glibc's heap size)

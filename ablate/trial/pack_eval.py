@@ -209,6 +209,7 @@ def summarize_pack(outputs: Iterable[tuple[DenseBatch, Tensor, Sequence[PackPool
         acc = row if acc is None else acc + row
         for layer, (a, g, m) in enumerate(layers[:n_layers]):
             buffers[layer].append((a.reshape(S, -1), (g > 0).reshape(S, -1), m.reshape(S, -1)))
+        del b, out, pools, layers  # the next batch's forward must not find this one's adjacency
     attention = [LayerAttention(*(torch.cat(t, 1) for t in zip(*buf))) if buf else None
                  for buf in buffers]
     if acc is None:

@@ -38,9 +38,7 @@ from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, eval_batches
 from ablate.trial.local_loo import loo_outputs_members, member_budget, supports_local_loo
 from ablate.trial.members import MemberStack
-from ablate.trial.weak import output_scores, removal_copies, weak_attention
-
-CHUNK_ENTRIES = 16_000_000  # dense path: entries (copies' adjacency, operators, activations) per chunk
+from ablate.trial.weak import CHUNK_ENTRIES, output_scores, removal_copies, weak_attention
 
 
 def _alive(stack: MemberStack, alive: list[int]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -64,7 +64,7 @@ from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.errors import ConfigError, DeviceMemoryExhausted
 from ablate.models.layers import Graph
-from ablate.trial.batches import DenseBatch, TrainBatches, eval_batches, release_free_heap
+from ablate.trial.batches import DenseBatch, TrainBatches, each_batch, eval_batches, release_free_heap
 from ablate.trial.epochs import report_epoch
 from ablate.trial.evaluate import loo_batch, loo_plan
 from ablate.trial.fit import lr_at
@@ -157,7 +157,7 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
                                                non_blocking=True)
     base.eval()
     width = max([b.x.shape[-1] for _, b in batches[:1]] + list(cfg.filters) + [cfg.hidden or 0])
-    for _, b in batches:
+    for b in each_batch(batches):
         B, N = b.x.shape[0], b.x.shape[1]
         # members per forward from the whole batch (how members group changes rounding)
         chunk = max(1, EVAL_ENTRIES // shrink // max(B * N * width * cfg.K, 1))
@@ -179,6 +179,7 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
                               for part, one in zip(parts, lone)], 0))
         out, pools = _cat(rows, 1)  # slices joined along graphs (dim 1)
         yield b, out, list(pools)
+        del b, out, pools, rows, parts  # before the next batch is read
 
 
 def eval_graphs(per_graph: int, B: int, device: torch.device) -> int:

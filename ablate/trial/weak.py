@@ -34,6 +34,7 @@ MODEL_B_SEED = 7919  # model B of seed s trains from seed s + MODEL_B_SEED
 # Leave-one-out attention for evaluation stops here: graphs above this size get none (their
 # N removal copies cost ~N^3 each; `ablate.trial.evaluate.loo_plan`). COLORS' largest are 200.
 LOO_MAX_NODES = SIZE_BREAK
+CHUNK_ENTRIES = 16_000_000  # dense path: entries (copies' adjacency, operators, activations) per chunk
 
 
 def output_scores(out: Tensor, regression: bool, cls: Tensor | None,
@@ -51,7 +52,7 @@ def output_scores(out: Tensor, regression: bool, cls: Tensor | None,
     return value.gather(-1, cls.unsqueeze(-1)).squeeze(-1), cls
 
 
-def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = 16_000_000,
+def leave_one_out_batch(model, batch: DenseBatch, chunk_entries: int = CHUNK_ENTRIES,
                         target: str = "logit") -> Tensor:
     """|y(G - i) - y(G)| for every node i of every graph, batched. (B, N) -> (B, N), 0 on padding.
 
@@ -77,7 +78,7 @@ def leave_one_out_local(model, batch: DenseBatch, target: str = "logit") -> Tens
     return diff * batch.mask.to(diff.dtype)
 
 
-def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = 16_000_000,
+def leave_one_out_dense(model, batch: DenseBatch, chunk_entries: int = CHUNK_ENTRIES,
                         target: str = "logit") -> Tensor:
     """|y(G - i) - y(G)| from N masked copies of every graph run through the dense model.
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ablate.errors import ConfigError
-from ablate.runner.execute.reap import clean_ray_leftovers, mark_session
+from ablate.runner.execute.reap import clean_ray_leftovers, mark_session, ray_temp_dir
 from ablate.runner.plan.checks import cluster_address
 
 if TYPE_CHECKING:
@@ -156,12 +156,36 @@ def start_ray(address: str | None) -> bool:
         return True
     # a new Ray of this process, sized to the machine (all CPUs, GPUs); "local" never joins a
     # Ray that something else left running on this host (that takes ray_address=auto)
+    check_loopback()
     clean_ray_leftovers()
-    ray.init(address="local", include_dashboard=False, **kwargs)
+    try:
+        ray.init(address="local", include_dashboard=False, **kwargs)
+    except (ConnectionError, RuntimeError, TimeoutError) as e:  # RpcError is a RuntimeError
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"the embedded Ray did not start ({first.strip()}); its logs are in "
+                          f"{ray_temp_dir()}/session_latest/logs") from None
     mark_session()
     _quiet_logging()  # ray.init reconfigures its loggers
     _no_colour_reset_at_exit()
     return True
+
+
+def check_loopback() -> None:
+    """An embedded Ray's processes talk over 127.0.0.1: where it cannot be reached (the loopback
+    interface down, as in a fresh network namespace), Ray would wait minutes for its GCS before
+    failing; say so at once instead."""
+    import socket
+
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            with socket.create_connection(server.getsockname(), timeout=5):
+                pass
+    except OSError as e:
+        raise ConfigError(f"an embedded Ray needs 127.0.0.1, which this machine cannot reach "
+                          f"({e.strerror or e}): bring the loopback interface up (ip link set lo "
+                          "up) or join a running cluster (ray_address=...)") from None
 
 
 class RayStarter:

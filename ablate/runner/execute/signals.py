@@ -56,6 +56,12 @@ def raise_if_terminated() -> None:
         raise Terminated()
 
 
+def forget_sigterm() -> None:
+    """The run that a SIGTERM stopped is over: later runs of this process (a notebook's, a
+    test's) start clean."""
+    _PENDING.clear()
+
+
 def raise_on_sigterm() -> None:
     """From now on SIGTERM raises `Terminated` in the main thread (a no-op in other threads);
     a SIGTERM that ended an earlier run of this process is forgotten."""
