@@ -1,5 +1,6 @@
 """A Ray Tune trial worker's resident memory before its data (`WORKER_BYTES` in
-ablate/trial/footprint.py): after the imports a graph trial makes, and after a first small
+ablate/trial/footprint.py): after the imports of the runner's trainable
+(`ablate.runner.execute.worker`) and a graph trial, and after a first small
 trial (COLORS at a tiny size, one epoch), in fresh workers of an embedded Ray, one trial at a
 time. Median over `--repeats` workers; writes JSON.
 
@@ -32,6 +33,7 @@ def trainable(config: dict) -> None:
     start = _status_mb("VmRSS")
     import torch
 
+    import ablate.runner.execute.worker  # noqa: F401 - what the runner's trainable imports
     from ablate.config import TrialConfig, resolve
     from ablate.data import load_graphsets
     from ablate.trial.graph import run_seed
