@@ -25,9 +25,11 @@ A Tune trial runs in a thread (its function trainable's), whose glibc arena maps
 ones live in the arena's heaps, which keep freed pages (`ablate.trial.setup.tune_allocator`)
 until `ablate.trial.batches.release_free_heap` gives back what it can.
 
-Measured with Ray 2.60, torch 2.13, glibc 2.36 on a CPU, in Tune trial workers: 479 MB after
-the imports, 514 MB after a first small trial; study=tu's D&D-200 rows (one epoch) peaked at
-1294 MB (global pool) and 1318 MB (weak supervision), declared 1792 MB: the test split's
+Measured with Ray 2.60, torch 2.13, glibc 2.36 on a CPU, in Tune trial workers: 396 MB after
+the imports, 494 MB after a first small trial (median of 3 workers,
+`benchmarks/bench_worker_base.py`, benchmarks/results/cpu-2026-11-28-worker-base/); study=tu's
+D&D-200 rows (one epoch) peaked at 1311 MB (global pool) and 1294 MB (weak supervision),
+declared 1792 MB (benchmarks/results/cpu-2026-11-27-memory-real/bench_memory_after.log): the test split's
 5,748-node graph as 6 tensors of 132 MB (ChebyNet, K = 3) while its operator is made, as
 `operator_units` counts them. Before the lifetimes in `ablate.models.layers`,
 `ablate.trial.evaluate` and `ablate.trial.weak` were fixed, 10 and 13 of them were alive
@@ -45,7 +47,7 @@ from ablate.trial.batches import EVAL_ENTRIES  # adjacency entries of an evaluat
 from ablate.trial.weak import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
 from ablate.trial.weak import LOO_MAX_NODES  # evaluation's leave-one-out skips larger graphs
 
-WORKER_BYTES = 576 << 20  # a trial worker before its data (514 MB measured, see above)
+WORKER_BYTES = 576 << 20  # a trial worker before its data (494 MB measured, see above)
 F32 = 4
 POINT_UNITS = 8  # point graphs' adjacency made in float64: (N, N, 2) differences and squares
 PAD = 1.25  # padded (N, N) entries of size-sorted evaluation batches over the sum of N^2
