@@ -367,27 +367,33 @@ def _measure(args, work: Path) -> None:
     if sums_file.exists():
         sums = json.loads(sums_file.read_text())
     real = _real_files(args.real_files)
+    # what each served file is (a reused --work may hold the other kind): file -> real / generated
+    kinds_file = work / "sources.json"
+    kinds = json.loads(kinds_file.read_text()) if kinds_file.exists() else {}
     for name in {*names, *([args.e2e_data] if args.e2e else [])} & DOWNLOADED:
         files = raw_files(name)
         if is_real(name, real):
             for f in files:
                 shutil.copyfile(real[f][0] / f, serve / f)
-                sums[f] = real[f][1]
+                sums[f], kinds[f] = real[f][1], "real"
             print(f"# serving the real {', '.join(files)} of {real[files[0]][0]}", flush=True)
         elif name not in TU_SHAPES and name != "mnist_sp":
             raise SystemExit(f"{name}: no generator for its shape; serve the real zip (--real-files)")
-        elif any(f not in sums for f in files):
+        elif any(f not in sums or kinds.get(f) != "generated" for f in files):
             t0 = time.time()
-            sums.update(write_raw(name, serve))
+            made = write_raw(name, serve)
+            sums.update(made)
+            kinds.update(dict.fromkeys(made, "generated"))
             print(f"# generated {name} raw files in {time.time() - t0:.0f} s", flush=True)
     sums_file.write_text(json.dumps(sums))
+    kinds_file.write_text(json.dumps(kinds))
     server = Server(serve)
     base = {**os.environ, "ABLATE_DATA_CHECKSUMS": str(sums_file), "ABLATE_MNIST_URL": server.url,
             "ABLATE_TU_URL": server.url, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "token"}
     rows = []
     try:
         for name in names:
-            env = {**base, "ABLATE_CACHE": str(work / f"cache-{name}")}
+            env = {**base, "ABLATE_CACHE": str(work / f"cache-{name}-{_kind(name, real)}")}
             params = PARAMS.get(name, {})
             prep, _ = run_child("prepare", name, params, env)
             ev, _ = run_child("evaluate", name, params, env)
@@ -397,7 +403,8 @@ def _measure(args, work: Path) -> None:
         if names:
             _table(rows)
         if args.e2e:
-            env = {**base, "ABLATE_CACHE": str(work / f"cache-{args.e2e_data}")}
+            env = {**base, "ABLATE_CACHE": str(work / f"cache-{args.e2e_data}-"
+                                                      f"{_kind(args.e2e_data, real)}")}
             results = work / "e2e-results"
             shutil.rmtree(results, ignore_errors=True)
             t0 = time.time()
@@ -427,6 +434,12 @@ def raw_files(name: str) -> tuple[str, ...]:
 def is_real(name: str, real: dict[str, tuple[Path, str]]) -> bool:
     """Whether every raw file of `name` is among the real files served."""
     return all(f in real for f in raw_files(name))
+
+
+def _kind(name: str, real: dict[str, tuple[Path, str]]) -> str:
+    """'real' or 'generated': the raw files `name` is prepared from in this run (the caches of
+    the two kept apart, so a reused --work never labels one the other)."""
+    return "real" if is_real(name, real) else "generated"
 
 
 def _real_files(folders: list[Path]) -> dict[str, tuple[Path, str]]:
