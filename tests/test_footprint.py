@@ -222,3 +222,19 @@ def test_declared_memory_covers_a_trials_peak_and_not_absurdly_more(row):
 
 if __name__ == "__main__":
     _child(sys.argv[1])
+
+
+def test_a_test_split_kept_collated_while_evaluated_is_counted():
+    """`EvalBatches` keeps a test split collated when its padded adjacency fits `keep_entries`:
+    the evaluation phase holds all of it then, and the estimate counts it."""
+    cfg = resolve(TrialConfig(dataset="dd", backbone="chebynet", device="cpu", **ROWS["global"]))
+    splits = {"train": _graphset([20] * 8, 8, 0), "val": _graphset([20] * 4, 8, 1),
+              "test_large": _graphset([120] * 60, 8, 2)}
+    data = {"bytes": 0, "splits": {k: gs.footprint() for k, gs in splits.items()}}
+    big, none = 1 << 30, 0
+    assert eval_batches(splits["test_large"], 10, keep_entries=big).kept is not None
+    assert eval_batches(splits["test_large"], 10, keep_entries=none).kept is None
+    grew = (footprint.working_set([cfg], data, 1 << 30, big)
+            - footprint.working_set([cfg], data, 1 << 30, none))
+    val_kept = footprint._eval_kept(data["splits"]["val"], big)
+    assert grew - val_kept >= 4 * 60 * 120 * 120  # the test split's adjacency, at least

@@ -113,13 +113,16 @@ def working_set(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
     entries = max(EVAL_ENTRIES, biggest * biggest)  # the largest evaluation batch's adjacency
     nodes = entries // max(biggest, 1)  # nodes of that batch
     points = any(s["points"] for s in splits.values())
-    phases = [batch_bytes(entries, K, points)
+    # a test split small enough is kept collated while it is evaluated (`EvalBatches`)
+    evaluated = max([_eval_kept(s, keep_entries) for k, s in splits.items()
+                     if k not in ("train", "val")] or [0])
+    phases = [evaluated + batch_bytes(entries, K, points)
               + F32 * nodes * width * (2 * K + 2) * min(members, 8)]
     tests = [s for k, s in splits.items() if k not in ("train", "val") and s.get("gt", True)]
     if not cfg.pool_layers and cfg.loo_auc and tests:  # the batch's A and operator stay
         n = min(LOO_MAX_NODES, max(s["max_nodes"] for s in tests))
         g = max(s["graphs"] for s in tests)
-        phases.append(F32 * (K + 1) * EVAL_ENTRIES
+        phases.append(evaluated + F32 * (K + 1) * EVAL_ENTRIES
                       + max(loo_bytes(m, K, width, g) for m in range(1, n + 1)))
     if cfg.supervision == "weak":  # model B: the training split by leave-one-out
         phases.append(_eval_kept(train, keep_entries) + max(
