@@ -7,8 +7,9 @@ Overrides use Hydra's syntax (``key=value``, ``+new=value``, ``~key``, sweeps
 would make (it needs no data and no network); ``verify=true`` checks every result file.
 Exit codes: 0 every trial complete, 1 some trials failed after their retries (the console
 says why), 2 bad study / key / value / path / store (one line naming the valid choices,
-and the closest one to a misspelling) or a Ray that cannot be joined or started, 3 results could not be written (disk full, read-only;
-rerun to resume), 130 interrupted by Ctrl-C and 143 by SIGTERM (rerun to resume).
+and the closest one to a misspelling) or a Ray that cannot be joined or started, 3 results
+could not be written (disk full, read-only; rerun to resume), 130 interrupted by Ctrl-C
+and 143 by SIGTERM (rerun to resume).
 verify=true: 0 every planned trial complete and every file intact, 4 intact but
 incomplete (planned trials not run or failed), 2 a corrupt or foreign file.
 reproduce=TRIAL_ID: 0 the rerun matches the store within the documented tolerance, 5 it

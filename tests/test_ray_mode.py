@@ -70,6 +70,7 @@ def test_start_ray_joins_what_the_rule_names(monkeypatch, option, env, joined):
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(ray_env, "check_cluster_reachable", lambda address: None)  # no cluster
     assert ray_env.start_ray(option) is True
     assert [c["address"] for c in calls] == [joined] == [RayMode.of(option).address]
 
@@ -93,6 +94,7 @@ def _grid_start(monkeypatch, option) -> tuple[str | None, bool]:
     seen = {}
     _Starter.made = []
     monkeypatch.setattr(driver, "RayStarter", _Starter)
+    monkeypatch.setattr(driver, "check_cluster_reachable", lambda address: None)  # no cluster
     monkeypatch.setattr(driver, "prepare_datasets", lambda *a, **k: {})
     monkeypatch.setattr(driver, "node_memory_estimate", lambda: 1 << 40)
     monkeypatch.setattr(driver, "_stop_ray", lambda *a, **k: None)
@@ -196,3 +198,42 @@ def test_an_embedded_ray_that_does_not_start_is_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"^the embedded Ray did not start \(Failed to start "
                                           r"GCS\.  Last 0 lines of error files:\); its logs"):
         ray_env.start_ray(None)
+
+
+def test_a_cluster_address_nothing_answers_on_is_one_line_in_seconds(tmp_path):
+    """Ray retries a dead GCS address for minutes (measured: still waiting after 5 min); the run
+    says so at once, before the data is prepared, and exits 2."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t0 = time.time()
+    run = subprocess.run([sys.executable, "-m", "ablate.run", "study=smoke", "progress=none",
+                          f"results_dir={tmp_path}"], capture_output=True, text=True, timeout=300,
+                         cwd=root, env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert run.stderr.strip().splitlines() == [
+        f"error: cannot join the Ray cluster at '127.0.0.1:{port}': nothing answers at "
+        f"127.0.0.1:{port} (Connection refused); start one (ray start --head, ray up "
+        "cluster.yaml) or unset RAY_ADDRESS / ray_address= to run on an embedded local Ray"]
+    assert time.time() - t0 < 120
+
+
+def test_a_cluster_address_that_answers_passes_the_check():
+    import socket
+
+    from ablate.runner.plan.checks import check_cluster_reachable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        host, port = s.getsockname()
+        check_cluster_reachable(f"{host}:{port}")
+        check_cluster_reachable(f"ray://{host}:{port}")
+    for left_to_ray in ("auto", None, "", "localhost"):
+        check_cluster_reachable(left_to_ray)

@@ -49,7 +49,12 @@ from ablate.runner.execute.reap import embedded_session, end_session
 from ablate.runner.execute.ship import dataset_pieces
 from ablate.runner.execute.signals import handlers_kept_through_tune, raise_if_terminated, signal_name
 from ablate.runner.execute.worker import trainable
-from ablate.runner.plan.checks import check_devices, check_resources_early, cluster_address
+from ablate.runner.plan.checks import (
+    check_cluster_reachable,
+    check_devices,
+    check_resources_early,
+    cluster_address,
+)
 from ablate.runner.plan.datasets import prepare_datasets, reads_local_files
 from ablate.runner.plan.packing import Pack, make_packs, pack_seeds
 from ablate.runner.plan.resources import (
@@ -129,6 +134,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
     Ctrl-C or SIGTERM during start-up ends the run like one during Tune: what is not done
     stays to do (the summary's resume line, exit 130 / 143), and Ray is stopped."""
     address = cluster_address(ray_address)  # None: an embedded Ray (search studies: the same)
+    check_cluster_reachable(address)  # before the data is prepared (minutes for MNIST)
     t0 = time.time()
     ray_start = None
     started = False

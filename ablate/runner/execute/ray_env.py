@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ablate.errors import ConfigError
 from ablate.runner.execute.reap import clean_ray_leftovers, mark_session, ray_temp_dir
-from ablate.runner.plan.checks import cluster_address
+from ablate.runner.plan.checks import check_cluster_reachable, cluster_address
 
 if TYPE_CHECKING:
     from ablate.runner.study.expand import Study
@@ -144,6 +144,7 @@ def start_ray(address: str | None) -> bool:
     kwargs = dict(logging_level=logging.ERROR, log_to_driver=False,
                   configure_logging=True)
     if address:
+        check_cluster_reachable(address)
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:

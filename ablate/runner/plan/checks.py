@@ -27,6 +27,26 @@ def cluster_address(ray_address: str | None) -> str | None:
     return ray_address or os.environ.get("RAY_ADDRESS") or None
 
 
+def check_cluster_reachable(address: str | None) -> None:
+    """A cluster address host:port (or ray://host:port) that nothing answers on: one line at
+    once, before the data is prepared, instead of Ray's minutes of retries. "auto" and other
+    forms are left to Ray, which fails fast on them."""
+    import socket
+
+    target = (address or "").removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or "://" in target or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot join the Ray cluster at {address!r}: nothing answers at "
+                          f"{host}:{port} ({e.strerror or e}); start one (ray start --head, ray "
+                          "up cluster.yaml) or unset RAY_ADDRESS / ray_address= to run on an "
+                          "embedded local Ray") from None
+
+
 def check_devices(study: Study, ray_address: str | None = None) -> None:
     """device=cuda needs CUDA: here for an embedded Ray, and GPUs for the trials anywhere."""
     wants = any(getattr(t.config, "device", "auto") == "cuda" for t in study.trials)
