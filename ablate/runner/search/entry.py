@@ -52,6 +52,7 @@ def main(name: str, argv: list[str]) -> int:
     from ablate.data import load_graphsets
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.execute.store import Store
+    from ablate.runner.plan.checks import check_cluster_reachable, cluster_address
 
     spec = load_search_spec(name, argv)
     for arm in spec.arms:  # validate every arm, space and final row before Ray starts
@@ -64,6 +65,7 @@ def main(name: str, argv: list[str]) -> int:
     store.lock()
     try:
         store.keep_study_file(locate_study(name))  # the study file as run, beside its trials
+        check_cluster_reachable(cluster_address(spec.ray_address))  # before the data is built
         for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
             for cfg in (arm_config(spec, arm), final_config(spec, arm)):
                 load_graphsets(cfg.dataset, **cfg.data_kwargs)
