@@ -196,8 +196,28 @@ def test_an_embedded_ray_that_does_not_start_is_one_line(monkeypatch):
     monkeypatch.setattr(ray, "init", failing)
     monkeypatch.setattr(ray_env, "clean_ray_leftovers", lambda: None)
     with pytest.raises(ConfigError, match=r"^the embedded Ray did not start \(Failed to start "
-                                          r"GCS\.  Last 0 lines of error files:\); its logs"):
+                                          r"GCS\.  Last 0 lines of error files:\)"):
         ray_env.start_ray(None)
+
+
+def test_a_ray_temp_folder_that_cannot_be_made_is_one_line(tmp_path):
+    """RAY_TMPDIR under a file: Ray's own OSError, as one line and exit 2 (no logs to name)."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "ablate.run", "study=smoke", "progress=none",
+                          f"results_dir={tmp_path / 'results'}"], capture_output=True, text=True,
+                         timeout=300, cwd=root, env={**{k: v for k, v in os.environ.items()
+                                                       if k != "RAY_ADDRESS"},
+                                                    "RAY_TMPDIR": str(blocker / "x")})
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    errors = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [f"error: the embedded Ray did not start ([Errno 20] Not a directory: "
+                      f"'{blocker / 'x'}')"], run.stderr
+    assert "Traceback" not in run.stderr
 
 
 @pytest.mark.parametrize("study", ["smoke", "threshold_search"])  # a grid and a search study

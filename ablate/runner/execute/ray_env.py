@@ -161,10 +161,11 @@ def start_ray(address: str | None) -> bool:
     clean_ray_leftovers()
     try:
         ray.init(address="local", include_dashboard=False, **kwargs)
-    except (ConnectionError, RuntimeError, TimeoutError) as e:  # RpcError is a RuntimeError
+    except (OSError, RuntimeError) as e:  # RpcError is a RuntimeError; ConnectionError an OSError
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"the embedded Ray did not start ({first.strip()}); its logs are in "
-                          f"{ray_temp_dir()}/session_latest/logs") from None
+        logs = ray_temp_dir() / "session_latest" / "logs"
+        raise ConfigError(f"the embedded Ray did not start ({first.strip()})"
+                          + (f"; its logs are in {logs}" if logs.is_dir() else "")) from None
     mark_session()
     _quiet_logging()  # ray.init reconfigures its loggers
     _no_colour_reset_at_exit()
