@@ -417,7 +417,8 @@ def _memory_lines(rel: str) -> tuple[dict[str, dict], str | None, bool | None]:
 MEMORY_LOGS = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/bench_memory.log",
                "cpu-2026-11-27-memory-final/bench_memory.log",
                "cpu-2026-11-27-memory-real/bench_memory.log",
-               "cpu-2026-11-27-memory-real/bench_memory_after.log"]
+               "cpu-2026-11-27-memory-real/bench_memory_after.log",
+               "cpu-2026-11-28-memory-mnist/bench_memory.log"]
 
 
 MEMORY_NAMES = {"colors": "COLORS", "triangles": "TRIANGLES",
