@@ -28,7 +28,7 @@ def _importing(frame) -> bool:
     return False
 
 
-_PENDING = threading.Event()  # SIGTERM came: set until the process ends
+_PENDING = threading.Event()  # SIGTERM came: set until the run ends (`forget_sigterm`)
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -66,7 +66,7 @@ def raise_on_sigterm() -> None:
     """From now on SIGTERM raises `Terminated` in the main thread (a no-op in other threads);
     a SIGTERM that ended an earlier run of this process is forgotten."""
     if threading.current_thread() is threading.main_thread():
-        _PENDING.clear()
+        forget_sigterm()
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
