@@ -262,6 +262,11 @@ def _main(argv: list[str]) -> int:
             check_resources_early(study, options["ray_address"])
             notes = check_data_paths(study)
             from ablate.runner.execute.ray_env import RayMode
+            from ablate.runner.plan.checks import cluster_address
+            from ablate.runner.plan.datasets import check_trial_files
+
+            if not cluster_address(options["ray_address"]):  # as a run on an embedded Ray
+                check_trial_files(study.trials)
 
             memory = memory_plan(study, embedded=RayMode.of(options["ray_address"]).embedded)
             writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2

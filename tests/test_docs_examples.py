@@ -1,7 +1,8 @@
 """The examples of the README and the docs work when copied: every study file shown in a
 ```yaml block (README.md, docs/*.md) dry-runs, every `python -m ablate.run` command line of
-README.md and docs/usage.md dry-runs offline (``dry_run=true results_dir=TMP`` added), and
-the README's Python example fails, on a study not run yet, with one clear line.
+README.md and docs/*.md dry-runs offline (``dry_run=true results_dir=TMP`` added; an error a
+doc quotes under its command is the one printed), and the README's Python example fails, on
+a study not run yet, with one clear line.
 
 Commands that cannot run here are skipped with the reason listed in `SKIP`; commands
 changed to run here are changed as `ADAPT` says. No Ray starts, nothing is downloaded (the
@@ -18,7 +19,7 @@ import pytest
 from ablate.run import main
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMAND_DOCS = ("README.md", "docs/usage.md")
+COMMAND_DOCS = ("README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))))
 STUDY_SECTIONS = {"fixed", "grid", "variants", "seeds"}  # a yaml block with one is a study file
 ENTRY = "python -m ablate.run"
 
@@ -29,15 +30,25 @@ SKIP = {
                           "placeholder)",
     "ray_address=": "needs a running Ray cluster (ray up cluster.yaml)",
     "RAY_ADDRESS=": "needs a running Ray cluster (ray up cluster.yaml)",
+    "ray job submit": "needs a running Ray cluster (ray up cluster.yaml)",
+    "data.path=DIR": "DIR is a placeholder for the folder of the user's files",
+    "data.path=/data/cifar": "needs the user's CIFAR-10 copy (nothing is downloaded; "
+                             "tests/test_sdc.py checks its refusal without one)",
 }
-GPU_ONLY = {"device=cuda": "needs a GPU (device=cuda is refused without CUDA, by design)"}
+GPU_ONLY = {"device=cuda": "needs a GPU (device=cuda is refused without CUDA, by design)",
+            "gpus_per_trial=0.25": "needs a GPU (GPUs asked of a machine without one are refused, "
+                                   "by design)"}
 # how a command is changed to run here, and why
 ADAPT = {
     "estimate=calibrate": ("estimate=off", "calibration trains every trial shape for 2 epochs "
                                            "(minutes on 2 cores); tests/test_estimate.py "
                                            "covers it"),
+    "data.path=/data/TU": ("data.path={tmp}/TU", "the user's data folder, made here empty (TU is "
+                                                 "fetched into it on first use)"),
 }
-EXIT = {"verify=true": 4}  # verify on an empty store: intact but incomplete (docs/usage.md)
+# the exit code a command shows (docs/usage.md: verify on an empty store is intact but
+# incomplete; docs/runner.md: examples of refused input, whose error line the doc quotes)
+EXIT = {"verify=true": 4, "backbone=resnet": 2, "seed=range(0,30000)": 2}
 
 
 def _read(name: str) -> str:
@@ -58,34 +69,68 @@ def study_blocks() -> list[tuple[str, str]]:
     return found
 
 
+def fenced(text: str) -> tuple[list[str], str]:
+    """(lines of the fenced shell blocks, the prose outside every fence) of a Markdown text.
+
+    Fences are read line by line (an opening fence names a language or none; the next fence
+    closes it), so a closing fence never opens the next block; yaml and python blocks are
+    prose-free and not shell. A line ending in a backslash goes on in the next one."""
+    shell, prose, lang = [], [], None
+    for line in text.splitlines():
+        fence = re.match(r"^\s*```(\S*)", line)
+        if fence:
+            lang = fence.group(1) if lang is None else None
+            continue
+        if lang is None:
+            prose.append(line)
+        elif lang in ("", "bash", "sh", "console"):
+            if shell and shell[-1].endswith("\\"):
+                shell[-1] = shell[-1][:-1].rstrip() + " " + line.strip()
+            else:
+                shell.append(line)
+    return shell, "\n".join(prose)
+
+
 def command_lines() -> list[tuple[str, str]]:
-    """(where, command) of every `python -m ablate.run` command of the command docs: lines of
-    fenced shell blocks and inline code spans, comments cut, one command of an && chain."""
+    """(where, command) of every `python -m ablate.run` command with arguments in the docs:
+    lines of fenced shell blocks (a console's `$ ` cut) and inline code spans, comments cut,
+    one command of an && chain."""
     out: dict[str, str] = {}
     for name in COMMAND_DOCS:
-        text = _read(name)
-        pieces = []
-        for block in re.findall(r"^\s*```(?:bash|sh|console)?\n(.*?)^\s*```", text, re.M | re.S):
-            pieces += block.splitlines()
-        prose = re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.M | re.S)
-        pieces += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+        shell, prose = fenced(_read(name))
+        pieces = shell + [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
         for line in pieces:
-            line = re.sub(r"\s+#.*$", "", line.strip())
+            line = re.sub(r"\s+#.*$", "", line.strip()).removeprefix("$ ")
             for part in line.split("&&"):
                 part = part.strip().strip("'\"")
-                if ENTRY in part:
+                if ENTRY in part and part.split(ENTRY, 1)[1].strip():  # not the bare name
                     out.setdefault(part, name)
     return [(where, cmd) for cmd, where in out.items()]
 
 
+def quoted_errors() -> dict[str, str]:
+    """command -> the error line a doc shows under it (a console example: `$ command`, then
+    its output), which the command must print word for word."""
+    out = {}
+    for name in COMMAND_DOCS:
+        for cmd, line in re.findall(r"^\s*\$ (python -m ablate\.run[^\n]*)\n\s*(error: [^\n]*)$",
+                                    _read(name), re.M):
+            out[cmd.strip()] = line.strip()
+    return out
+
+
 STUDIES = study_blocks()
 COMMANDS = command_lines()
+QUOTED = quoted_errors()
 
 
 def test_the_docs_hold_the_examples_this_file_checks():
     assert any(w.startswith("docs/runner.md") for w, _ in STUDIES), STUDIES
     assert len(COMMANDS) >= 15, COMMANDS
     assert any("study=mnist dry_run=true" in c for _, c in COMMANDS)  # README: offline dry run
+    assert len(QUOTED) >= 2 and set(QUOTED) <= {c for _, c in COMMANDS}, QUOTED
+    assert {w for w, _ in COMMANDS} >= {"README.md", "docs/usage.md", "docs/runner.md",
+                                        "docs/search.md", "docs/sdc.md", "docs/recipes.md"}
 
 
 @pytest.mark.parametrize("where, text", STUDIES, ids=[w for w, _ in STUDIES])
@@ -113,6 +158,9 @@ def _prepared(cmd: str, tmp_path: Path) -> tuple[list[str], int]:
         if text in cmd and not torch.cuda.is_available():
             pytest.skip(why)
     for text, (instead, _why) in ADAPT.items():
+        if text in cmd and "{tmp}" in instead:
+            instead = instead.format(tmp=tmp_path)
+            Path(instead.split("=", 1)[1]).mkdir(parents=True)
         cmd = cmd.replace(text, instead)
     words = shlex.split(cmd)
     assert words[:3] == ENTRY.split(), cmd  # nothing before the entry point (env assignments)
@@ -132,6 +180,8 @@ def test_every_command_of_the_docs_dry_runs_offline(where, cmd, tmp_path, monkey
     code = main(args)
     captured = capsys.readouterr()
     assert code == expected, (where, cmd, captured.err[-2000:])
+    if cmd in QUOTED:  # the error line the doc quotes is the one printed
+        assert captured.err.strip().splitlines()[-1] == QUOTED[cmd], (where, cmd)
     if "dry_run=true" in args and not expected and "threshold_search" not in cmd \
             and "tu_search" not in cmd:
         assert re.search(r"^\d+ trials \(", captured.out, re.M), captured.out[-500:]

@@ -182,19 +182,29 @@ def test_generator_is_deterministic() -> None:
     assert not np.array_equal(a.train.x, c.train.x)
 
 
+def _fake_cifar(folder, names=None) -> None:
+    """CIFAR-10's python batches, 40 random images each, in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in names or sdc_data.CIFAR_BATCHES:
+        batch = {b"data": rng.integers(0, 256, (40, 3072), dtype=np.uint8),
+                 b"labels": list(np.arange(40) % 10)}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+
+
 def test_cifar_from_local_pickles(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="path="):
+    with pytest.raises(ConfigError, match="data.path="):
         sdc_data.load_sdc("cifar")
     with pytest.raises(ConfigError, match="cifar-10-batches-py|data_batch"):
         sdc_data.load_sdc("cifar", path=str(tmp_path))
-    root = tmp_path / "cifar-10-batches-py"
-    root.mkdir()
-    rng = np.random.default_rng(0)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"data": rng.integers(0, 256, (40, 3072), dtype=np.uint8),
-                 b"labels": list(np.arange(40) % 10)}
-        with open(root / name, "wb") as f:
-            pickle.dump(batch, f)
+    with pytest.raises(ConfigError, match="does not exist"):
+        sdc_data.load_sdc("cifar", path=str(tmp_path / "nowhere"))
+    _fake_cifar(tmp_path / "half" / "cifar-10-batches-py", ["data_batch_1", "test_batch"])
+    with pytest.raises(ConfigError, match="data_batch_2, data_batch_3, data_batch_4, data_batch_5 "
+                                          "missing"):
+        sdc_data.load_sdc("cifar", path=str(tmp_path / "half"))
+    _fake_cifar(tmp_path / "cifar-10-batches-py")
     data = sdc_data.load_sdc("cifar", path=str(tmp_path), n_train=30, n_val=10, n_test=10,
                              n_val_images=50)
     assert data.train.x.shape == (30, 9, 3072) and data.train.x.dtype == np.uint8
@@ -324,6 +334,32 @@ def test_a_failed_sdc_trials_rows_carry_every_column_the_analysis_needs(tmp_path
     assert {r["host"] for r in rows} == {os.uname().nodename}  # stored, not read by the analysis
     assert {k for r in rows for k in r} == {*trial_kind("sdc").columns(t.config), "git_sha",
                                             "git_dirty", "host", "seed", "split", "status", "error"}
+
+
+@pytest.mark.parametrize("path", [None, "nowhere", "empty"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_cifar_study_without_its_files_is_refused_before_ray(path, dry_run, tmp_path, capsys):
+    """study=sdc task=cifar reads a local folder in every trial: a missing or empty one is one
+    line, exit 2, before Ray, in a run as in its dry run (a run went on to record every trial
+    as failed on it, 50 failed trials), and nothing is written to the store. With the files
+    there, the dry run passes."""
+    import ray
+
+    from ablate.run import main
+
+    (tmp_path / "empty").mkdir()
+    args = ["study=sdc", "task=cifar", "seed=0", f"results_dir={tmp_path / 'results'}"]
+    args += [f"data.path={tmp_path / path}"] if path else []
+    args += ["dry_run=true"] if dry_run else []
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and ("data.path" in err[-1] or "CIFAR-10" in err[-1])
+    assert len([line for line in err if line.startswith("error")]) == 1
+    assert not ray.is_initialized()
+    assert not list((tmp_path / "results").rglob("*.parquet"))
+    if path == "empty" and dry_run:
+        _fake_cifar(tmp_path / "empty" / "cifar-10-batches-py")
+        assert main(args) == 0, capsys.readouterr().err
 
 
 def test_sdc_trial_ids_are_those_of_earlier_versions() -> None:

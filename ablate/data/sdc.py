@@ -265,28 +265,36 @@ def generate_digits(n_train: int = 3000, n_val: int = 1000, n_test: int = 2000, 
                   seed, params)
 
 
-def _cifar_dir(path: str | None) -> Path:
-    """The `cifar-10-batches-py` folder at `path` (the folder itself or its parent)."""
+CIFAR_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+
+
+def cifar_dir(path: str | None) -> Path:
+    """The `cifar-10-batches-py` folder at `path` (the folder itself or its parent), holding
+    every batch; else `ConfigError` in one line."""
     if not path:
-        raise ConfigError("task cifar needs a local CIFAR-10 copy: set data_params path=<folder "
-                          "holding cifar-10-batches-py> (nothing is downloaded)")
+        raise ConfigError("task cifar needs a local CIFAR-10 copy: set data.path=<folder holding "
+                          "cifar-10-batches-py> (nothing is downloaded)")
     p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"data.path {str(path)!r} does not exist (task cifar reads a local "
+                          "cifar-10-batches-py folder; nothing is downloaded)")
     for cand in (p, p / "cifar-10-batches-py"):
-        if (cand / "data_batch_1").is_file() and (cand / "test_batch").is_file():
+        if any((cand / name).is_file() for name in CIFAR_BATCHES):
+            missing = [name for name in CIFAR_BATCHES if not (cand / name).is_file()]
+            if missing:
+                raise ConfigError(f"CIFAR-10 batch(es) {', '.join(missing)} missing under {cand}; "
+                                  "unpack cifar-10-python.tar.gz there again")
             return cand
-    raise ConfigError(f"no CIFAR-10 python batches (data_batch_1..5, test_batch) under {p}; "
-                      "unpack cifar-10-python.tar.gz there")
+    raise ConfigError(f"no CIFAR-10 python batches ({', '.join(CIFAR_BATCHES)}) under {p} or "
+                      f"{p / 'cifar-10-batches-py'}; unpack cifar-10-python.tar.gz there")
 
 
 def load_cifar_arrays(path: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """CIFAR-10 (train_x, train_y, test_x, test_y) from a local pickle folder; x uint8 (n, 3072)."""
-    root = _cifar_dir(path)
+    root = cifar_dir(path)
 
     def read(name: str) -> tuple[np.ndarray, np.ndarray]:
-        f = root / name
-        if not f.is_file():
-            raise ConfigError(f"missing CIFAR-10 batch {f}")
-        with open(f, "rb") as fh:
+        with open(root / name, "rb") as fh:
             batch = pickle.load(fh, encoding="bytes")
         x = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3072)
         return x, np.asarray(batch[b"labels"], dtype=np.int64)

@@ -55,6 +55,12 @@ class TrialKind:
         cols = {k: v for k, v in self.columns(cfg).items() if k not in self.execution_fields}
         return stable_hash({"kind": self.name, "cfg": cols, "data": data_hash})
 
+    def check_files(self, cfg: Any) -> None:
+        """Raise `ConfigError` (one line) when a local file or folder the trial reads is
+        missing here. The runner calls it before an embedded Ray starts, and dry runs do, so
+        a bad path is refused before any trial fails on it (kinds whose data the runner
+        prepares, `datasets`, are checked when it is prepared instead)."""
+
     def run(self, cfg: Any) -> TrialResult:
         """Train and evaluate every seed of `cfg`."""
         raise NotImplementedError

@@ -231,6 +231,12 @@ class SDCKind(TrialKind):
         cols = {k: v for k, v in axes(cfg).items() if k not in (*self.execution_fields, "dataset")}
         return stable_hash({"kind": self.name, "cfg": cols})
 
+    def check_files(self, cfg: SDCConfig) -> None:
+        if cfg.task == "cifar":  # read from a local folder in every trial: nothing is downloaded
+            from ablate.data.sdc import cifar_dir
+
+            cifar_dir(cfg.data_kwargs.get("path"))
+
     def run(self, cfg: SDCConfig) -> TrialResult:
         return run_sdc_trial_full(cfg)
 

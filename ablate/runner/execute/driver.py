@@ -55,7 +55,7 @@ from ablate.runner.plan.checks import (
     check_resources_early,
     cluster_address,
 )
-from ablate.runner.plan.datasets import prepare_datasets, reads_local_files
+from ablate.runner.plan.datasets import check_trial_files, prepare_datasets, reads_local_files
 from ablate.runner.plan.packing import Pack, make_packs, pack_seeds
 from ablate.runner.plan.resources import (
     check_memory,
@@ -135,6 +135,8 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
     stays to do (the summary's resume line, exit 130 / 143), and Ray is stopped."""
     address = cluster_address(ray_address)  # None: an embedded Ray (search studies: the same)
     check_cluster_reachable(address)  # before the data is prepared (minutes for MNIST)
+    if not address:  # files the trials read themselves, here: refused before any trial fails
+        check_trial_files(todo)
     t0 = time.time()
     ray_start = None
     started = False

@@ -75,6 +75,20 @@ def check_data_paths(study: Study) -> list[str]:
     return notes
 
 
+def check_trial_files(trials: list[Trial]) -> None:
+    """The local files each trial's kind reads itself (`TrialKind.check_files`, e.g. the SDC
+    study's CIFAR folder): one ConfigError for the first that is missing. Called where the
+    trials run on this machine (an embedded Ray, or a dry run without a cluster address)."""
+    from ablate.runner.study.kinds import trial_kind
+
+    seen = set()
+    for t in trials:
+        key = (t.kind, repr(getattr(t.config, "data_params", ())), t.dataset)
+        if key not in seen:
+            seen.add(key)
+            trial_kind(t.kind).check_files(t.config)
+
+
 def reads_local_files(t: Trial) -> bool:
     """Whether the trial's dataset is read from local or downloaded files (it may fail on a
     bad path or without a network): prepared before Ray starts."""
