@@ -60,6 +60,33 @@ def from_log(log: Path) -> dict:
             "round_started_s": rounds}
 
 
+def round_costs(name: str, results: Path, options: dict) -> list[dict]:
+    """Per round, from the store (so a run stopped and resumed across sessions counts whole):
+    the trials, seed runs and worker seconds (`trial_s`, each trial's time in its worker) of
+    the trials holding that round's seeds, and the span from its first trial's start to its
+    last one's end (within one session's run that is the round's wall)."""
+    import pandas as pd
+
+    from ablate.runner.plan.adaptive import AdaptiveSeeds
+
+    ad = AdaptiveSeeds(**{**options, "split": tuple(options.get("split", ()))})
+    of_seed = {s: r for r in range(1, ad.rounds + 1) for s in ad.round_seeds(r)}
+    cols = ["trial_id", "seed", "status", "trial_s", "started_at", "finished_at"]
+    frames = [pd.read_parquet(f, columns=cols) for f in sorted((results / name / "trials").glob("*.parquet"))]
+    if not frames:
+        return []
+    trials = pd.concat(frames).groupby("trial_id").agg(
+        seed=("seed", "min"), seeds=("seed", "nunique"), ok=("status", lambda s: (s == "ok").all()),
+        trial_s=("trial_s", "first"), start=("started_at", "min"), end=("finished_at", "max"))
+    trials["round"] = trials["seed"].map(of_seed)
+    out = []
+    for r, g in trials.groupby("round"):
+        out.append({"round": int(r), "trials": len(g), "failed": int((~g["ok"]).sum()),
+                    "seed_runs": int(g["seeds"].sum()), "trial_s": round(float(g["trial_s"].sum()), 1),
+                    "span_s": round(float(g["end"].max() - g["start"].min()), 1)})
+    return out
+
+
 def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict]:
     """The report's test at a fixed 10 seeds for each comparison the adaptive run made."""
     import numpy as np
@@ -103,7 +130,9 @@ def main() -> None:
     fixed = fixed_verdicts(args.study, results, doc["comparisons"])
     from ablate.trial.provenance import git_sha, tree_state
 
+    costs = round_costs(args.study, results, doc["options"])
     rec = {"study": args.study, "max": args.max, **got, "adaptive": doc, "fixed_10": fixed,
+           "round_costs": costs,
            "git_sha": git_sha(), "git_dirty": tree_state(str(ROOT)),
            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

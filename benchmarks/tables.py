@@ -269,16 +269,45 @@ def adaptive_sim() -> str:
         f"figure is the false-difference rate, to hold at or under alpha).\n"
 
 
+ADAPTIVE_STUDIES = ("supervision", "smoke")  # benchmarks/adaptive_study.py's runs, shown in order
+
+
 def adaptive_study() -> str:
-    """A real study run adaptively beside the same study at a fixed 10 seeds
+    """Real studies run adaptively beside the same study at a fixed 10 seeds
     (`benchmarks/adaptive_study.py`): each comparison's verdict both ways, the seeds and time."""
-    rel = "cpu-2026-11-27-adaptive/smoke.json"
-    doc = _load(rel)
-    if not doc:
-        return _missing(rel)
+    parts = []
+    for name in ADAPTIVE_STUDIES:
+        rel = f"cpu-2026-11-27-adaptive/{name}.json"
+        doc = _load(rel)
+        if doc:
+            parts.append(_adaptive_run(doc, rel))
+    return "\n".join(parts) if parts else _missing(f"cpu-2026-11-27-adaptive/{ADAPTIVE_STUDIES[0]}.json")
+
+
+def _adaptive_cost(doc: dict) -> str:
+    """The time each way: worker seconds per round from the store where the record has them
+    (whole across a run stopped and resumed), else the walls between the log's round lines."""
+    ad, costs = doc["adaptive"], doc.get("round_costs")
+    if costs:
+        first = next((c for c in costs if c["round"] == 1), None)
+        total = sum(c["trial_s"] for c in costs)
+        if not first:
+            return ""
+        return (f"; trial time in the workers: the fixed 10 seeds (round 1) {first['trial_s'] / 3600:.1f} h, "
+                f"the adaptive run {total / 3600:.1f} h to round {ad['round']} (rounds 2-{ad['round']} "
+                f"add {(total - first['trial_s']) / 3600:.1f} h)" if ad["round"] > 1 else
+                f"; trial time in the workers: round 1 {first['trial_s'] / 3600:.1f} h")
+    rounds = doc.get("round_started_s", [])
+    fixed_wall = rounds[1]["t_s"] - rounds[0]["t_s"] if len(rounds) > 1 else None
+    return (f"; wall: the fixed 10 seeds (round 1) {fixed_wall / 60:.0f} min, the adaptive run "
+            f"{doc['wall_s'] / 60:.0f} min to round {ad['round']}" if fixed_wall else "")
+
+
+def _adaptive_run(doc: dict, rel: str) -> str:
     ad = doc["adaptive"]
     fixed = {(f["row"], f["baseline"], f["split"]): f for f in doc["fixed_10"]}
-    out = ["| comparison | split | fixed 10 seeds: Δ (points), Holm p, verdict | adaptive: "
+    out = [f"**study={doc['study']}**", "",
+           "| comparison | split | fixed 10 seeds: Δ (points), Holm p, verdict | adaptive: "
            "decision, round, seeds | which decides |", "|---|---|---|---|---|"]
     kinds: dict[str, int] = {}
     for c in ad["comparisons"]:
@@ -294,23 +323,22 @@ def adaptive_study() -> str:
         kinds[kind] = kinds.get(kind, 0) + 1
         out.append(f"| {c['row']} vs {c['baseline']} | {c['split']} | {fv} | {a}, "
                    f"{c['round'] or '-'}, {c['seeds']} | {kind} |")
-    rounds = doc.get("round_started_s", [])
-    fixed_wall = rounds[1]["t_s"] - rounds[0]["t_s"] if len(rounds) > 1 else None
-    walls = (f"; wall: the fixed 10 seeds (round 1) {fixed_wall / 60:.0f} min, the adaptive run "
-             f"{doc['wall_s'] / 60:.0f} min to round {ad['round']}" if fixed_wall else "")
     rows = {c["row"] for c in ad["comparisons"]} | {c["baseline"] for c in ad["comparisons"]}
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items()))
+    tiny = (" A 0.0 difference on TRIANGLES is two rows that count no graph right at this tiny "
+            "size (the report explains 0.0 ± 0.0)." if doc["study"] == "smoke" else "")
+    state = "" if ad.get("finished", True) else " (not finished: a rerun continues it)"
     return "\n".join(out) + (
-        f"\n\nOf {len(ad['comparisons'])} comparisons ({counts}); after round {ad['round']}; "
+        f"\n\nOf {len(ad['comparisons'])} comparisons ({counts}); after round {ad['round']}{state}; "
         f"seed runs: fixed {10 * len(rows)}, adaptive {ad['seed_runs']} of at most "
-        f"{ad['seed_runs_max']}{walls}. 'Equivalent' is a finding the fixed test cannot make "
-        f"(no difference of ±{100 * ad['options']['equivalence']:g} points or more); a 0.0 "
-        "difference on TRIANGLES is two rows that count no graph right at this tiny size (the "
-        "report explains 0.0 ± 0.0).\n\n"
+        f"{ad['seed_runs_max']}{_adaptive_cost(doc)}. 'Equivalent' is a finding the fixed test "
+        f"cannot make (no difference of ±{100 * ad['options']['equivalence']:g} points or "
+        f"more).{tiny}\n\n"
         f"Source: `benchmarks/results/{rel}` and its log (`python benchmarks/adaptive_study.py "
         f"{doc['study']} --max {doc['max']}`; commit {doc['git_sha']}, "
         f"{'modified' if doc['git_dirty'] else 'clean'} tree; {doc['machine']['cores']} cores, "
         f"{doc['machine']['note']}).\n")
+
 
 SPLIT_NAMES = ("TEST", "NOISY", "NOISY-C")
 

@@ -1,0 +1,41 @@
+"""benchmarks/adaptive_study.py's cost per round, read from the store: every trial counted in
+the round of its seeds, whole across a run stopped and resumed (the log's walls are not)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+_spec = importlib.util.spec_from_file_location("adaptive_study", ROOT / "benchmarks" / "adaptive_study.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def _trial(folder: Path, tid: str, seeds: list[int], trial_s: float, start: float,
+           status: str = "ok") -> None:
+    rows = [{"trial_id": tid, "seed": s, "split": sp, "status": status, "trial_s": trial_s,
+             "started_at": start, "finished_at": start + trial_s, "accuracy": 0.5}
+            for s in seeds for sp in ("val", "test_large")]
+    pd.DataFrame(rows).to_parquet(folder / f"{tid}.parquet")
+
+
+def test_round_costs_count_each_trial_once_in_the_round_of_its_seeds(tmp_path):
+    trials = tmp_path / "study" / "trials"
+    trials.mkdir(parents=True)
+    _trial(trials, "a", list(range(0, 5)), 100.0, 1000.0)  # round 1 = seeds 0-9, two packs
+    _trial(trials, "b", list(range(5, 10)), 120.0, 1100.0)
+    _trial(trials, "c", [10, 11], 30.0, 5000.0)  # round 2 = seeds 10-11 (a later session)
+    _trial(trials, "d", [12, 13], 40.0, 6000.0, status="error")  # round 3, failed
+    options = {"start": 10, "step": 2, "max": 14, "alpha": 0.05, "equivalence": 0.01,
+               "metric": "accuracy", "split": [], "sequence": "asymptotic"}
+    got = bench.round_costs("study", tmp_path, options)
+    assert got == [
+        {"round": 1, "trials": 2, "failed": 0, "seed_runs": 10, "trial_s": 220.0, "span_s": 220.0},
+        {"round": 2, "trials": 1, "failed": 0, "seed_runs": 2, "trial_s": 30.0, "span_s": 30.0},
+        {"round": 3, "trials": 1, "failed": 1, "seed_runs": 2, "trial_s": 40.0, "span_s": 40.0}]
+    assert bench.round_costs("nothing", tmp_path, options) == []
