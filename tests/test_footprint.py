@@ -172,8 +172,8 @@ def test_no_forward_finds_the_previous_batchs_adjacency(pack, monkeypatch):
         evaluate(model, batches, cfg)
     assert len(batches.refs) >= 4 and found, found
     assert not any(any(f) for f in found), found
-    # the width probe of a pack reads the first batch once more, and lets it go
     assert not any(any(f) for f in batches.at_read), batches.at_read
+    assert len(batches.refs) == len(batches)  # each batch read (collated) once, none twice
 
 
 def _child(row: str) -> None:

@@ -39,6 +39,7 @@ class MemberStack:
 
     def __init__(self, members: list[Member], in_ch: int, out_ch: int, device: torch.device):
         self.members = list(members)
+        self.in_ch = in_ch  # node features of the input (an eval forward's width)
         models = [seeded_model(m.cfg, m.seed, in_ch, out_ch, device) for m in self.members]
         self.models = models  # one materialised model per member (leave-one-out evaluation)
         self.base = copy.deepcopy(models[0])  # template for functional_call

@@ -156,7 +156,7 @@ def _eval_forward(stack: MemberStack, alive: list[int], batches, cfg: TrialConfi
     idx = torch.tensor(alive, device="cpu").to(next(iter(stack.params.values())).device,
                                                non_blocking=True)
     base.eval()
-    width = max([b.x.shape[-1] for _, b in batches[:1]] + list(cfg.filters) + [cfg.hidden or 0])
+    width = max([stack.in_ch, *cfg.filters, cfg.hidden or 0])  # no batch read for it
     for b in each_batch(batches):
         B, N = b.x.shape[0], b.x.shape[1]
         # members per forward from the whole batch (how members group changes rounding)
