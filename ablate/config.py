@@ -240,23 +240,26 @@ def lr_drops(cfg: TrialConfig) -> bool:
     return any(m.lr_decay_epochs for m in models)
 
 
-def validate_choices(cfg: TrialConfig) -> None:
-    """Reject categorical values outside their valid sets."""
+def axis_choices() -> dict[str, tuple]:
+    """The valid values of every categorical axis (what `validate_choices` checks and
+    --help lists); those of `NULLABLE_CHOICES` may also be null (the recipe's value)."""
     from ablate.data import DATASETS
 
-    for name, choices in [("dataset", DATASETS), ("backbone", BACKBONES),
-                          ("selection", SELECTIONS),
-                          ("normalizer", NORMALIZERS), ("supervision", SUPERVISIONS),
-                          ("device", DEVICES), ("step", STEPS),
-                          ("weak_target", WEAK_TARGETS), ("lr_timing", LR_TIMINGS)]:
+    return {"dataset": DATASETS, "backbone": BACKBONES, "aggregation": AGGREGATIONS,
+            "readout": READOUTS, "scorer": SCORERS, "scorer_input": SCORER_INPUTS,
+            "selection": SELECTIONS, "normalizer": NORMALIZERS, "supervision": SUPERVISIONS,
+            "init_dist": INIT_DISTS, "device": DEVICES, "step": STEPS,
+            "weak_target": WEAK_TARGETS, "lr_timing": LR_TIMINGS}
+
+
+NULLABLE_CHOICES = ("aggregation", "readout", "scorer", "init_dist", "scorer_input")
+
+
+def validate_choices(cfg: TrialConfig) -> None:
+    """Reject categorical values outside their valid sets."""
+    for name, choices in axis_choices().items():
         value = getattr(cfg, name)
-        if value not in choices:
-            raise choice_error(name, value, choices)
-    for name, choices in [("aggregation", AGGREGATIONS), ("readout", READOUTS),
-                          ("scorer", SCORERS), ("init_dist", INIT_DISTS),
-                          ("scorer_input", SCORER_INPUTS)]:
-        value = getattr(cfg, name)
-        if value is not None and value not in choices:
+        if value not in choices and not (value is None and name in NULLABLE_CHOICES):
             raise choice_error(name, value, choices)
 
 

@@ -70,14 +70,8 @@ def papers() -> list[str]:
 
 def _choices() -> dict[str, tuple]:
     from ablate import config
-    from ablate.data import DATASETS
 
-    return {"dataset": DATASETS, "backbone": config.BACKBONES,
-            "aggregation": config.AGGREGATIONS, "readout": config.READOUTS,
-            "scorer": config.SCORERS, "scorer_input": config.SCORER_INPUTS,
-            "selection": config.SELECTIONS, "normalizer": config.NORMALIZERS,
-            "supervision": config.SUPERVISIONS, "init_dist": config.INIT_DISTS,
-            "device": config.DEVICES}
+    return config.axis_choices()
 
 
 def _type_name(typ) -> str:

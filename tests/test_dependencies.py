@@ -141,6 +141,28 @@ def test_help_prints_multi_line_field_docs_whole():
     assert "K=                 int|null  -- Chebyshev scales; 1 for gcn/gin" in out
 
 
+def test_help_lists_the_valid_values_of_every_axis_that_has_them():
+    """Any axis whose bad value is refused with "valid choices" shows those choices in --help
+    (step, weak_target and lr_timing showed `str` only)."""
+    from ablate.errors import ConfigError
+
+    out = help_text()
+    base = config.resolve(config.TrialConfig())
+    found = []
+    for f in dataclasses.fields(config.TrialConfig):
+        try:
+            config.validate_choices(dataclasses.replace(base, **{f.name: "not-a-value"}))
+        except ConfigError as e:
+            if "valid choices: " in str(e):
+                choices = str(e).split("valid choices: ")[1].split(";")[0].split(", ")
+                found.append(f.name)
+                assert f"  {f.name + '=':<18} {'|'.join(choices)}  -- " in out, f.name
+        except (TypeError, ValueError):
+            pass
+    assert {"step", "weak_target", "lr_timing", "backbone", "dataset"} <= set(found), found
+    assert "seeds=adaptive" in out
+
+
 @pytest.mark.parametrize("future", [True, False])
 def test_field_docs_from_metadata_not_source(future):
     """Multi-line docs collapse to one line; a `#` in a default or a doc is kept; the class

@@ -219,6 +219,26 @@ def test_the_line_stays_alive_through_a_long_step_and_names_it():
     assert pickle.loads(pickle.dumps(q)).text().startswith("[s] starting Ray")  # Tune pickles it
 
 
+def test_a_log_shows_the_first_unnamed_step_only_once_it_has_lasted_a_while():
+    """In a log, the command's first step (imports, reading the study: "starting") gets no
+    line before `step_every_s`, so an input refused after a slow start prints its one error
+    line only; a named step that lasts `quiet_s` gets one, as before."""
+    log = io.StringIO()
+    p = Progress("s", stream=log, t0=100.0, quiet_s=2.0, step_every_s=10.0)
+    assert p.step_name == "starting"
+    for now in (102.5, 105.0, 109.9):
+        p._refresh_step(now)
+    assert log.getvalue() == ""
+    p._refresh_step(110.1)
+    assert log.getvalue().startswith("[s] starting |") and log.getvalue().count("\n") == 1
+    log2 = io.StringIO()
+    q = Progress("s", stream=log2, t0=time.time() - 3.0, quiet_s=2.0, step_every_s=10.0)
+    q.step("reading the store", 10, "files")
+    q._step_t0 -= 2.5
+    q._refresh_step(time.time())
+    assert log2.getvalue().startswith("[s] reading the store: 0/10 files")
+
+
 def test_search_studies_hand_tune_small_fixed_size_trials(tmp_path, monkeypatch):
     """A search hands Tune one Optuna suggestion per trial; its spec goes through the object
     store once (`tune.with_parameters`), never in a trial's config."""

@@ -312,13 +312,18 @@ class Progress:
 
     def _refresh_step(self, now: float) -> None:
         """A driver step: nothing before `quiet_s` of the run; then a bar redrawn at every
-        tick, or a log line once the step has lasted `quiet_s` and every `step_every_s`."""
+        tick, or a log line once the step has lasted `quiet_s` and every `step_every_s`.
+        In a log the unnamed first step ("starting": imports, reading the study) waits
+        `step_every_s` before its first line, so an input refused on a slow machine still
+        prints its one error line only (on a terminal the bar is cleared before it)."""
         if not self.step_draw or now - self.t0 < self.quiet_s:
             return
+        first = self.quiet_s if self.step_name != "starting" else max(self.quiet_s,
+                                                                      self.step_every_s)
         if self.mode == "bar":
             self.stream.write("\r\033[K" + self.text())
             self._shown = True
-        elif now - self._step_t0 >= self.quiet_s and (
+        elif now - self._step_t0 >= first and (
                 not self._step_logged or now - self._step_logged >= self.step_every_s):
             self.stream.write(self.text() + "\n")
             self._step_logged = now

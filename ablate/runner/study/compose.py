@@ -120,7 +120,9 @@ RUN_KEYS: dict[str, tuple[Any, str]] = {
 
 # Study settings: name -> (default, help). Set in the YAML, overridable on the command line.
 STUDY_KEYS: dict[str, tuple[Any, str]] = {
-    "seeds": ([0], "seeds to train (alias seed); e.g. seed=range(0,10)"),
+    "seeds": ([0], "seeds to train (alias seed); e.g. seed=range(0,10); seeds=adaptive (or "
+                   "seeds={adaptive:{max:20}}): 10 seeds a row, then 2 a round for the rows of "
+                   "undecided comparisons (docs/runner.md)"),
     "seeds_per_trial": (1, "seeds packed into one Ray trial (amortises per-trial overhead)"),
     "cpus_per_trial": (1, "CPUs reserved per trial (also torch threads)"),
     "gpus_per_trial": ("auto", "GPUs per trial, fractional allowed (0.25 = four trials per "
