@@ -93,6 +93,36 @@ def test_cli_unknown_key_exits_2_and_dry_run_lists_arms(capsys):
     assert "'threshold': (0.001, 0.1, True)" in out and "colors_chebygin_unsup" not in out
 
 
+def test_each_finished_search_trial_is_one_line_with_the_arms_count(tmp_path, capsys):
+    """A search study shows its progress: a line per search trial as Tune reports it done
+    (finished, pruned or failed, its objective, the arm's count), written to stderr."""
+    from types import SimpleNamespace
+
+    from ablate.runner.execute.store import Store
+    from ablate.runner.search.tuning import store_writer
+    from ablate.runner.study.search_spec import load_search_spec
+
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [*TINY, "epochs=4", f"arms={arm}",
+                                                 f"results_dir={tmp_path}"])
+    writer = store_writer(Store(spec.results_dir, spec.name), spec, arm, 4, n_new=3)
+    for number, epoch, ok in ((0, 4, True), (1, 2, True), (2, 1, False)):
+        trial = SimpleNamespace(trial_id=f"t{number}", config={"optuna_trial": number,
+                                                                 "threshold": 0.01})
+        writer.on_trial_result(0, [], trial, {"epoch": epoch, "seed_accs": "[0.5, 0.6, 0.7]",
+                                              "val_acc": 0.6})
+        (writer.on_trial_complete if ok else writer.on_trial_error)(0, [], trial)
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(" | ")[0] for e in err] == [
+        f"[threshold_search] {arm}: search trial #0 finished 4 epochs, val objective "
+        "0.600; 1/3 done (0 pruned, 0 failed)",
+        f"[threshold_search] {arm}: search trial #1 pruned by ASHA at epoch 2, val objective "
+        "0.600; 2/3 done (1 pruned, 0 failed)",
+        f"[threshold_search] {arm}: search trial #2 failed, val objective 0.600; 3/3 done "
+        "(1 pruned, 1 failed)"]
+    assert writer.written == [0, 1, 2]
+
+
 def test_objective_sees_train_and_val_only():
     """The trainable's data: no test split is loaded, and every seed reports a val accuracy."""
     from ablate.runner.search.trainable import search_splits, train_jointly

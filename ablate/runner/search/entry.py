@@ -73,7 +73,7 @@ def main(name: str, argv: list[str]) -> int:
         for arm in spec.arms:
             n = run_search(spec, arm, store, started)
             best = best_trial(store, arm)
-            print(f"{arm}: {n} new search trials", flush=True)
+            print(f"{arm}: {n} new search trials", flush=True)  # the per-trial lines: stderr
             if best is not None:
                 final_evaluation(spec, arm, best, store)
         print(summary(spec, store))

@@ -60,6 +60,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     a row already in the store with the same config is skipped."""
     import ray
 
+    from ablate.runner.search.tuning import say
     from ablate.runner.study.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
 
@@ -75,8 +76,12 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
         return run_trial_full(cfg)
 
     todo = {role: _run.remote(jobs[role]) for role in jobs if ids[role] not in done}
+    if todo:
+        say(f"[{spec.name}] {arm}: final evaluation of {', '.join(todo)} (best search trial "
+            f"#{best['optuna_trial']}) on seeds {list(spec.final_seeds)}")
     for role, ref in todo.items():
         res = ray.get(ref)
+        say(f"[{spec.name}] {arm}: final {role} done")
         extra = {"search_arm": arm, "role": role, "pruned": False,
                  "optuna_trial": best["optuna_trial"] if role == "tuned" else -1}
         store.write(ids[role], res.records, res.curves, extra=extra)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,17 +105,27 @@ def open_study(spec: SearchSpec, arm: str) -> tuple[optuna.storages.RDBStorage, 
     return storage, study
 
 
-def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int) -> tune.Callback:
+def say(line: str) -> None:
+    """A search study's progress line (stderr; the summary goes to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
+                 n_new: int = 0) -> tune.Callback:
     """A Tune callback that writes each finished search trial to the Parquet store (one row
-    per member) and lists the Optuna numbers it wrote in ``.written``."""
+    per member), lists the Optuna numbers it wrote in ``.written`` and says one line per
+    trial (`say`): its number, how it ended, its objective, and the arm's count so far."""
     from ray import tune
 
     from ablate.config import axes
+
+    t0 = time.time()
 
     class StoreWriter(tune.Callback):
         def __init__(self):
             self.last: dict[str, dict] = {}
             self.written: list[int] = []
+            self.pruned = self.failed = 0
 
         def on_trial_result(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
                             result: dict, **info: Any) -> None:
@@ -142,6 +154,14 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int) -> tune.
                      "status": status, "error": error} for (f, s), a in zip(who, accs)]
             store.write(f"{arm}-trial{number:05d}", rows)
             self.written.append(number)
+            self.pruned += common["pruned"]
+            self.failed += status != "ok"
+            how = ("failed" if status != "ok" else f"pruned by ASHA at epoch {epoch}"
+                   if common["pruned"] else f"finished {epoch} epochs")
+            m, s = divmod(int(time.time() - t0), 60)
+            say(f"[{spec.name}] {arm}: search trial #{number} {how}, val objective "
+                f"{common['objective']:.3f}; {len(self.written)}/{n_new or '?'} done "
+                f"({self.pruned} pruned, {self.failed} failed) | {m}:{s:02d} elapsed")
 
     return StoreWriter()
 
@@ -176,7 +196,10 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
     storage, study = open_study(spec, arm)
     n_new = trials_to_run(spec, study)
     if n_new <= 0:
+        say(f"[{spec.name}] {arm}: no search trial to run (max_trials={spec.max_trials} reached)")
         return 0
+    say(f"[{spec.name}] {arm}: {n_new} search trial(s) to run, up to {spec.max_concurrent} at once "
+        f"(Optuna TPE, ASHA), {cfg.epochs} epochs each at most")
     finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
     sampler = optuna.samplers.TPESampler(seed=int(spec.sampler_seed) + finished)
     searcher = OptunaSearch(space=DefineSpace(space), metric=METRIC, mode=MODE, sampler=sampler,
@@ -184,7 +207,7 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
     scheduler = ASHAScheduler(time_attr="training_iteration", max_t=cfg.epochs,
                               grace_period=min(int(spec.grace_period), cfg.epochs),
                               reduction_factor=int(spec.reduction_factor))
-    writer = store_writer(store, spec, arm, cfg.epochs)
+    writer = store_writer(store, spec, arm, cfg.epochs, n_new)
     base = {"spec": spec, "arm": arm, "cpus": spec.cpus_per_trial,
             "cache_dir": os.environ.get("ABLATE_CACHE")}
     resources, pieces = search_resources(spec, cfg, base, started)
