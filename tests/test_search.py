@@ -230,8 +230,19 @@ def test_resume_after_sigkill(tmp_path):
     assert first >= 1, log.read_text()[-2000:]  # a slow machine may finish the run first
     total = max(3, first + 1)  # the rerun must add trials to the same study, not restart it
     rerun = [a if not a.startswith("max_trials=") else f"max_trials={total}" for a in cmd]
-    out = subprocess.run(rerun, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.Popen(rerun, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=240)
+    out = subprocess.CompletedProcess(rerun, proc.returncode, stdout, stderr)
     assert out.returncode == 0, out.stderr[-2000:]
+    # the embedded Ray it started is stopped and its session folder removed, as a grid run's
+    from ablate.runner.execute.ray_env import ray_temp_dir
+    from ablate.runner.execute.reap import SESSION_MARK
+
+    left = [s for s in ray_temp_dir().glob("session_*")
+            if (s / SESSION_MARK).is_file() and (s / SESSION_MARK).read_text() == str(proc.pid)]
+    assert not left, left
+    assert "colors_chebygin_unsup: search trial #" in out.stderr, out.stderr[-2000:]
     # the killed driver's Tune folder is gone (the rerun removed it) and so is the rerun's own
     assert not _tune_folders() - tune_before, _tune_folders() - tune_before
     assert _optuna_trials(db) == total  # continued up to the total, not restarted

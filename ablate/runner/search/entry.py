@@ -18,10 +18,13 @@ The modules: `search_spec` (the study file and overrides, composed by
 `ablate.runner.study.compose`; arms and space), `trainable` (the Tune trainable),
 `tuning` (Optuna study, Tune run, store rows), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
-this one holds only the entry point (`main`) and the dry-run text (`describe`).
+this one holds only the entry point (`main`), the dry-run text (`describe`) and the embedded
+Ray's stop (`_stop_ray`).
 """
 
 from __future__ import annotations
+
+import sys
 
 from ablate.runner.search.final import best_trial, final_evaluation, final_jobs, summary
 from ablate.runner.search.tuning import run_search
@@ -63,6 +66,7 @@ def main(name: str, argv: list[str]) -> int:
         return 0
     store = Store(spec.results_dir, spec.name)
     store.lock()
+    started = False
     try:
         store.keep_study_file(locate_study(name))  # the study file as run, beside its trials
         check_cluster_reachable(cluster_address(spec.ray_address))  # before the data is built
@@ -79,4 +83,25 @@ def main(name: str, argv: list[str]) -> int:
         print(summary(spec, store))
     finally:
         store.unlock()
+        if started:
+            _stop_ray(store, embedded=not cluster_address(spec.ray_address))
     return 0
+
+
+def _stop_ray(store, embedded: bool) -> None:
+    """`ray.shutdown()`; an embedded Ray's leftover processes stopped and its session folder
+    removed, as a grid study's run does (kept, and named, when a search trial failed: Ray's
+    logs are there)."""
+    import ray
+
+    from ablate.runner.execute.reap import embedded_session, end_session
+
+    session = embedded_session() if embedded else None
+    ray.shutdown()
+    if session is not None:
+        df = store.read()
+        failed = not df.empty and "role" in df and bool(((df.role == "search")
+                                                          & (df.status != "ok")).any())
+        end_session(session, keep_logs=failed)
+        if failed:
+            print(f"Ray's logs of this run: {session / 'logs'}", file=sys.stderr, flush=True)
