@@ -69,6 +69,14 @@ def test_dry_run_prints_trial_table_and_count(capsys, tmp_path):
     (["study=smoke", "backbone=gin", "K=2"], ["K = 1"]),
     (["study=mnist", "data.url=not-a-url"], ["data.url 'not-a-url' is not a URL"]),
     (["study=smoke", "study=smoke", "dry_run=true", "data.n_colors=1"], ["n_colors"]),
+    # split sizes and node counts a recipe cannot use: refused as they are read, dry runs too
+    (["study=smoke", "dry_run=true", "data.n_train=-3"], ["data.n_train must be >= 1"]),
+    (["study=smoke", "data.n_train=-3"], ["data.n_train must be >= 1"]),
+    (["study=smoke", "dry_run=true", "data.n_val=0"], ["data.n_val must be >= 1"]),
+    (["study=smoke", "dry_run=true", "data.n_train=1e3"], ["data.n_train must be an integer"]),
+    (["study=smoke", "dry_run=true", "data.n_min=30"], ["data.n_min=30 is above data.n_max=25"]),
+    (["study=tu", "dry_run=true", "data.val_fraction=1.5"], ["data.val_fraction must be in (0, 1)"]),
+    (["study=threshold_search", "dry_run=true", "final_data.n_train=-3"], ["data.n_train"]),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, words):
     assert main(args) == 2
@@ -76,6 +84,21 @@ def test_bad_input_exits_2_with_one_line(capsys, args, words):
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
     for w in words:
         assert w in err
+    assert not _ray_running()
+
+
+@pytest.mark.parametrize("study", ["smoke", "threshold_search"])
+def test_a_generators_own_refusal_is_one_line_and_exit_2(study, capsys, tmp_path, monkeypatch):
+    """What only the generator checks (COLORS' n_colors >= 2) stops the run with one line when
+    the data is prepared (was a traceback), grid and search studies alike."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    args = [f"study={study}", "data.n_colors=0", "data.n_train=20", "data.n_val=20",
+            "data.n_test=20", f"results_dir={tmp_path / 'r'}"]
+    assert main(args + (["arms=colors_chebygin_unsup", "n_trials=1"] if study != "smoke"
+                        else ["dataset=colors"])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: dataset colors: n_colors must be >= 2"), err
+    assert not [line for line in err if "Traceback" in line]
     assert not _ray_running()
 
 

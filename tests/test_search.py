@@ -192,6 +192,37 @@ def test_run_search_rows_resume_cap_and_final_rows(ray_env):
     assert "2 search trials" in text and "tuned" in text and "reference" in text
 
 
+@pytest.mark.slow  # starts Ray; CI runs -m slow too
+def test_a_final_config_that_raises_is_retried_then_stored_failed(ray_env, capsys):
+    """A final evaluation whose trial raises in its worker (here COLORS' generator refuses
+    n_colors=0, which only it checks) is retried, then stored as failed rows with its error in
+    one line, the other configs go on, the summary leaves it out, and the command exits 1: no
+    traceback. A rerun runs it again (failed rows are not complete)."""
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.execute.store import Store
+    from ablate.runner.search.final import final_evaluation, summary
+    from ablate.runner.study.search_spec import load_search_spec
+
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [
+        *TINY, "epochs=1", f"arms={arm}", "final_seeds=[5]", "final_data.n_colors=0",
+        f"results_dir={ray_env / 'results'}"])
+    spec.baselines = {"global_pool": {"pool_layers": [], "supervision": "unsup"}}
+    store = Store(spec.results_dir, spec.name)
+    start_ray(None)
+    best = {"optuna_trial": 0, "params": {"threshold": 0.02}}
+    assert final_evaluation(spec, arm, best, store) == ["tuned", "reference", "global_pool"]
+    rows = store.read()
+    assert set(rows.status) == {"error"} and set(rows.role) == {"tuned", "reference",
+                                                                "global_pool"}
+    assert all(e.startswith("ValueError: n_colors must be >= 2") and "\n" not in e
+               for e in rows.error), set(rows.error)
+    assert not store.completed()  # a rerun runs them again
+    err = capsys.readouterr().err
+    assert f"{arm}: final tuned failed after 2 retries: ValueError: n_colors" in err
+    assert "nan" not in summary(spec, store)
+
+
 def _optuna_trials(db: Path) -> int:
     import optuna
 

@@ -70,6 +70,7 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
         raise ConfigError(f"unknown parameter(s) {unknown} for dataset {name!r}; "
                           f"valid: {', '.join(sorted(defaults))}{hint}")
     resolved = {**defaults, **params}
+    check_sizes(name, resolved, defaults)
     if name in ("mnist_sp", "digits_sp"):  # choice-valued parameters, checked before anything runs
         from ablate.data import mnist
 
@@ -81,6 +82,40 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
     if resolved.get("url") is not None:
         resolved["url"] = download.check_url(resolved["url"])
     return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
+
+
+# integer parameters that must be at least 1: every split a trial trains on or evaluates has
+# graphs, and a graph has nodes (0 is allowed for the others: seeds, counts that may be none)
+_AT_LEAST_ONE = {"n_train", "n_val", "n_test", "n_min", "n_min_large", "max_train_nodes"}
+_ORDERED = (("n_min", "n_max"), ("n_min_large", "n_max_large"))  # (lowest, highest) node counts
+
+
+def check_sizes(name: str, resolved: dict, defaults: dict) -> None:
+    """The numeric data parameters as a recipe can use them (`ConfigError`, one line, before
+    any data is made or Ray starts): integers where the default is one, split sizes and node
+    counts >= 1 (MNIST-75SP's val may be 0 with final=true: none is made), ranges in order,
+    `val_fraction` in (0, 1). Values are checked, never changed (recipe hashes stay); what
+    only a generator knows (COLORS' n_colors >= 2) it says when the data is prepared."""
+    for k, v in resolved.items():
+        d = defaults.get(k)
+        if k == "n_train_val" and v is None:
+            continue
+        if (isinstance(d, int) and not isinstance(d, bool)) or k == "n_train_val":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"data.{k} must be an integer for dataset {name!r}, got {v!r}")
+            low = 1 if k in _AT_LEAST_ONE else 2 if k == "n_train_val" else 0
+            if k == "n_val" and resolved.get("final") and name == "mnist_sp":
+                low = 0
+            if v < low:
+                raise ConfigError(f"data.{k} must be >= {low} for dataset {name!r}, got {v}")
+    for lo, hi in _ORDERED:
+        if lo in resolved and hi in resolved and resolved[lo] > resolved[hi]:
+            raise ConfigError(f"data.{lo}={resolved[lo]} is above data.{hi}={resolved[hi]} for "
+                              f"dataset {name!r}")
+    frac = resolved.get("val_fraction")
+    if frac is not None and not (isinstance(frac, (int, float)) and not isinstance(frac, bool)
+                                 and 0 < frac < 1):
+        raise ConfigError(f"data.val_fraction must be in (0, 1) for dataset {name!r}, got {frac!r}")
 
 
 def _defaults(name: str) -> dict:

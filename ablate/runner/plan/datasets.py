@@ -38,7 +38,7 @@ def prepare_datasets(trials: list[Trial], progress: bool = True,
             display.advance(i)
         try:
             sets = load_graphsets(t.dataset, progress=progress, **dict(t.data_params))
-        except ConfigError as e:
+        except (ConfigError, ValueError) as e:  # a generator's own check of its parameters
             raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
                               "data.KEY=VALUE)") from None
         splits[t.data_hash] = [s for s in sets if s != "train"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sys
 
+from ablate.errors import ConfigError
 from ablate.runner.search.final import best_trial, final_evaluation, final_jobs, summary
 from ablate.runner.search.tuning import run_search
 from ablate.runner.study.compose import locate_study
@@ -58,9 +59,10 @@ def main(name: str, argv: list[str]) -> int:
     from ablate.runner.plan.checks import check_cluster_reachable, cluster_address
 
     spec = load_search_spec(name, argv)
-    for arm in spec.arms:  # validate every arm, space and final row before Ray starts
+    for arm in spec.arms:  # validate every arm, space, data recipe and final row before Ray starts
         build_space(spec.search, arm_config(spec, arm))
-        final_jobs(spec, arm, {"params": {}})
+        for cfg in (arm_config(spec, arm), *final_jobs(spec, arm, {"params": {}}).values()):
+            _recipe(cfg)
     if spec.dry_run:
         print(describe(spec))
         return 0
@@ -72,20 +74,39 @@ def main(name: str, argv: list[str]) -> int:
         check_cluster_reachable(cluster_address(spec.ray_address))  # before the data is built
         for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
             for cfg in (arm_config(spec, arm), final_config(spec, arm)):
-                load_graphsets(cfg.dataset, **cfg.data_kwargs)
+                try:
+                    load_graphsets(cfg.dataset, **cfg.data_kwargs)
+                except (ConfigError, ValueError) as e:  # a generator's own check of its parameters
+                    raise ConfigError(f"dataset {cfg.dataset}: {e} (dataset parameters are set as "
+                                      "data.KEY=VALUE, final_data.KEY=VALUE)") from None
         started = start_ray(spec.ray_address)  # False: joined a Ray already running here
+        failed = []
         for arm in spec.arms:
             n = run_search(spec, arm, store, started)
             best = best_trial(store, arm)
             print(f"{arm}: {n} new search trials", flush=True)  # the per-trial lines: stderr
             if best is not None:
-                final_evaluation(spec, arm, best, store)
+                failed += [f"{arm} {role}" for role in final_evaluation(spec, arm, best, store)]
         print(summary(spec, store))
+        if failed:
+            print(f"final evaluation failed for {', '.join(failed)} (stored as failed rows; "
+                  "rerun the same command to run them again)", flush=True)
+            return 1
     finally:
         store.unlock()
         if started:
             _stop_ray(store, embedded=not cluster_address(spec.ray_address))
     return 0
+
+
+def _recipe(cfg) -> None:
+    """A config's data recipe checked as a grid study's are (`ablate.data.resolve_params`)."""
+    from ablate.data import dataset_recipe_hash
+
+    try:
+        dataset_recipe_hash(cfg.dataset, dict(cfg.data_params))
+    except ConfigError as e:
+        raise ConfigError(str(e) if str(e).startswith("data.") else f"data.*: {e}") from None
 
 
 def _stop_ray(store, embedded: bool) -> None:

@@ -55,14 +55,20 @@ def final_jobs(spec: SearchSpec, arm: str, best: dict) -> dict:
     return jobs
 
 
-def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
+FINAL_RETRIES = 2  # a final config that raises or loses its worker runs again up to this often
+
+
+def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]:
     """Train and evaluate the `final_jobs` configs on fresh seeds, every split (Ray tasks);
-    a row already in the store with the same config is skipped."""
+    a row already in the store with the same config is skipped. A config that raises or
+    whose worker dies is retried (`FINAL_RETRIES`), then stored as failed rows (its error,
+    one line) while the others go on; a rerun runs it again. Returns the failed roles."""
     import ray
 
     from ablate.runner.search.tuning import say
     from ablate.runner.study.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
+    from ablate.trial.provenance import code_provenance
 
     graph = trial_kind("graph")
     jobs = final_jobs(spec, arm, best)
@@ -70,7 +76,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     ids = {role: f"{arm}-final-{graph.trial_id(c, graph.data_hash(c))}" for role, c in jobs.items()}
     cache = os.environ.get("ABLATE_CACHE")
 
-    @ray.remote(num_cpus=spec.cpus_per_trial)
+    @ray.remote(num_cpus=spec.cpus_per_trial, max_retries=FINAL_RETRIES, retry_exceptions=True)
     def _run(cfg):
         worker_data_env(cache)
         return run_trial_full(cfg)
@@ -79,12 +85,33 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> None:
     if todo:
         say(f"[{spec.name}] {arm}: final evaluation of {', '.join(todo)} (best search trial "
             f"#{best['optuna_trial']}) on seeds {list(spec.final_seeds)}")
+    failed = []
     for role, ref in todo.items():
-        res = ray.get(ref)
-        say(f"[{spec.name}] {arm}: final {role} done")
         extra = {"search_arm": arm, "role": role, "pruned": False,
                  "optuna_trial": best["optuna_trial"] if role == "tuned" else -1}
+        try:
+            res = ray.get(ref)
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError,
+                ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError) as e:
+            error = _one_line(e)
+            say(f"[{spec.name}] {arm}: final {role} failed after {FINAL_RETRIES} retries: {error}")
+            cfg = jobs[role]
+            base = {**graph.columns(cfg), **code_provenance()}
+            rows = [{**base, "seed": s, "split": "test_orig", "status": "error", "error": error}
+                    for s in cfg.seeds]
+            store.write(ids[role], rows, [], extra=extra)
+            failed.append(role)
+            continue
+        say(f"[{spec.name}] {arm}: final {role} done")
         store.write(ids[role], res.records, res.curves, extra=extra)
+    return failed
+
+
+def _one_line(e: BaseException) -> str:
+    """The cause of a Ray task's failure, one line: the trial's own exception where Ray has it."""
+    cause = getattr(e, "cause", None) or e
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[-1] if text else ''}".strip().rstrip(":")
 
 
 def summary(spec: SearchSpec, store) -> str:
@@ -99,7 +126,7 @@ def summary(spec: SearchSpec, store) -> str:
             lines.append(f"{arm}: no finished unpruned trial yet")
             continue
         roles = ["tuned", "reference", *spec.baselines]
-        fin = df[(df.search_arm == arm) & df.role.isin(roles)]
+        fin = df[(df.search_arm == arm) & df.role.isin(roles) & (df.status == "ok")]
         tuned_ids = fin[(fin.role == "tuned") & (fin.optuna_trial == best["optuna_trial"])].trial_id
         fin = fin[(fin.role != "tuned") | fin.trial_id.isin(set(tuned_ids))]
         over = (f"{spec.cv_folds}-fold CV x seeds {spec.seeds}" if spec.cv_folds

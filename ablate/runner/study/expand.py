@@ -164,7 +164,7 @@ def make_trial(kind: str, cfg: Any, recipes: dict | None = None) -> Trial:
     try:
         data_hash = recipes[key] if recipes is not None and key in recipes else k.data_hash(cfg)
     except ConfigError as e:
-        raise ConfigError(f"data.*: {e}") from None
+        raise ConfigError(str(e) if str(e).startswith("data.") else f"data.*: {e}") from None
     if recipes is not None:
         recipes[key] = data_hash
     return Trial(k.trial_id(cfg, data_hash), kind, cfg, cfg.dataset, cfg.data_params, data_hash)
