@@ -54,7 +54,9 @@ AXES = ("dataset", "data_params", "backbone", "K", "aggregation", "hidden", "fil
 METRICS = ("accuracy", "ft", "acc_by_size", "gt_mass_curve", "cos_p_init", "nnz", "dist", "ent")
 COST = ("train_s", "git_sha", "git_dirty", "device", "gpu_name", "cuda_version", "gpu_driver",
         "peak_gpu_mb")  # compute and provenance lines of the report
-PER_LAYER = re.compile(r"^(attn_auc|ratio_kept)_l(\d+)$")
+# per-layer metric families: AUC per graph averaged, AUC pooled over a seed's test graphs (the
+# papers' AUC column, `analysis.reference.POOLED_AUC`), share of nodes kept
+PER_LAYER = re.compile(r"^(attn_auc|attn_auc_pooled|ratio_kept)_l(\d+)$")
 CURVE_COLUMNS = ("trial_id", "seed", "epoch", "train_loss", "val_accuracy", "val_loss", "val_auc",
                  "val_ft", "ftpt", "ffpt", "ftpf", "ffpf")
 CACHE_VERSION = 2  # bump when the cached projection changes meaning (2: nested columns)

@@ -402,6 +402,22 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
     assert len(np.unique(packed)) > 2000
 
 
+@pytest.mark.parametrize("pooled", [True, False])
+def test_the_tables_auc_is_pooled_over_the_test_graphs_where_stored(pooled, tmp_path):
+    """The main table's AUC column is the trainer's `attn_auc_pooled_l0` (all test graphs of a
+    seed pooled, as the papers report it and the table's note says); stores written before it
+    existed fall back to the first layer's AUC on TEST-ORIG. The loader dropped the pooled
+    column, so every report showed the per-graph value under the pooled note."""
+    extra = {"attn_auc_pooled_l0": 0.99} if pooled else {}
+    rows = [trial_record(trial_id="t1", seed=s, split=sp, attn_auc_l0=0.5, seeds="0,1,2", **extra)
+            for s in range(3) for sp in ("val", "test_orig")]
+    write_trials(tmp_path / "results", "pooled", rows)
+    write_report(tmp_path / "results", tmp_path / "report", figures=False)
+    main_table = pd.read_csv(tmp_path / "report" / "tables" / "pooled__main.csv")
+    auc = main_table[[c for c in main_table.columns if "auc" in c.lower()][0]]
+    assert auc.iloc[0] == pytest.approx(99.0 if pooled else 50.0), main_table
+
+
 def test_cache_reads_only_new_files_and_matches_a_cold_read(store, tmp_path, monkeypatch):
     import analysis.load as load
 
