@@ -93,7 +93,7 @@ _ORDERED = (("n_min", "n_max"), ("n_min_large", "n_max_large"))  # (lowest, high
 def check_sizes(name: str, resolved: dict, defaults: dict) -> None:
     """The numeric data parameters as a recipe can use them (`ConfigError`, one line, before
     any data is made or Ray starts): integers where the default is one, split sizes and node
-    counts >= 1 (MNIST-75SP's val may be 0 with final=true: none is made), ranges in order,
+    counts >= 1 (an empty split cannot be evaluated), ranges in order,
     `val_fraction` in (0, 1). Values are checked, never changed (recipe hashes stay); what
     only a generator knows (COLORS' n_colors >= 2) it says when the data is prepared."""
     for k, v in resolved.items():
@@ -104,8 +104,6 @@ def check_sizes(name: str, resolved: dict, defaults: dict) -> None:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ConfigError(f"data.{k} must be an integer for dataset {name!r}, got {v!r}")
             low = 1 if k in _AT_LEAST_ONE else 2 if k == "n_train_val" else 0
-            if k == "n_val" and resolved.get("final") and name == "mnist_sp":
-                low = 0
             if v < low:
                 raise ConfigError(f"data.{k} must be >= {low} for dataset {name!r}, got {v}")
     for lo, hi in _ORDERED:
