@@ -87,6 +87,18 @@ def round_costs(name: str, results: Path, options: dict) -> list[dict]:
     return out
 
 
+def trial_commits(name: str, results: Path) -> list[str]:
+    """The commits the study's trials ran at, as their rows record them (`git_sha`, with `*`
+    where the tree was modified): the code of the run, whichever commit re-reads it."""
+    import pandas as pd
+
+    files = sorted((results / name / "trials").glob("*.parquet"))
+    if not files:
+        return []
+    df = pd.concat([pd.read_parquet(f, columns=["git_sha", "git_dirty"]) for f in files])
+    return sorted({f"{s}{'*' if d else ''}" for s, d in zip(df["git_sha"], df["git_dirty"].fillna(""))})
+
+
 def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict]:
     """The report's test at a fixed 10 seeds for each comparison the adaptive run made."""
     import numpy as np
@@ -121,6 +133,8 @@ def main() -> None:
     ap.add_argument("--max", type=int, default=20)
     ap.add_argument("--results", type=Path, default=None, help="result store (default: a folder in /tmp)")
     ap.add_argument("--no-run", action="store_true", help="only re-read a finished run's store")
+    ap.add_argument("--note", default="other work ran beside it (nice 19 MNIST-75SP runs)",
+                    help="what else ran on the machine (the record's machine note)")
     args = ap.parse_args()
     results = args.results or Path(f"/tmp/adaptive_{args.study}")
     OUT.mkdir(parents=True, exist_ok=True)
@@ -131,12 +145,13 @@ def main() -> None:
     from ablate.trial.provenance import git_sha, tree_state
 
     costs = round_costs(args.study, results, doc["options"])
+    commits = trial_commits(args.study, results)
     rec = {"study": args.study, "max": args.max, **got, "adaptive": doc, "fixed_10": fixed,
-           "round_costs": costs,
+           "round_costs": costs, "trials_git_sha": commits,
            "git_sha": git_sha(), "git_dirty": tree_state(str(ROOT)),
            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                       "note": "other work ran beside it (nice 19 MNIST-75SP runs)"}}
+                       "note": args.note}}
     (OUT / f"{args.study}.json").write_text(json.dumps(rec, indent=1) + "\n")
     print(json.dumps({k: v for k, v in rec.items() if k not in ("adaptive",)}, indent=1)[:3000])
 

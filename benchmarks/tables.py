@@ -335,9 +335,18 @@ def _adaptive_run(doc: dict, rel: str) -> str:
         f"cannot make (no difference of ±{100 * ad['options']['equivalence']:g} points or "
         f"more).{tiny}\n\n"
         f"Source: `benchmarks/results/{rel}` and its log (`python benchmarks/adaptive_study.py "
-        f"{doc['study']} --max {doc['max']}`; commit {doc['git_sha']}, "
-        f"{'modified' if doc['git_dirty'] else 'clean'} tree; {doc['machine']['cores']} cores, "
-        f"{doc['machine']['note']}).\n")
+        f"{doc['study']} --max {doc['max']}`; {_adaptive_commits(doc)}; "
+        f"{doc['machine']['cores']} cores, {doc['machine']['note']}).\n")
+
+
+def _adaptive_commits(doc: dict) -> str:
+    """The commit(s) the trials ran at where recorded, else the record's own."""
+    own = f"commit {doc['git_sha']}, {'modified' if doc['git_dirty'] else 'clean'} tree"
+    ran = doc.get("trials_git_sha")
+    if not ran:
+        return own
+    return (f"trials run at commit {', '.join(ran)} (* = modified tree), the record written at "
+            + own)
 
 
 SPLIT_NAMES = ("TEST", "NOISY", "NOISY-C")
