@@ -80,3 +80,18 @@ def test_each_trial_declares_its_memory_and_ray_runs_no_more_than_fit(ray_env, m
     moments = sorted(t for a, b in spans for t in ((a, 1), (b, -1)))
     running = np.cumsum([d for _, d in moments])
     assert running.max() == 2  # two fit: they ran together, never three
+
+
+def test_an_error_outside_tune_is_one_line_with_a_memory_kill_named():
+    """Errors the driver catches itself (Tune's controller, a search's final evaluation): the
+    trial's own exception in one line, Ray's memory-monitor kill said as in the store."""
+    from ray.exceptions import RayTaskError
+
+    from ablate.runner.execute.tune_callback import error_line
+
+    cause = ValueError("n_colors must be >= 2\nmore detail")
+    wrapped = RayTaskError("_run", "Traceback (most recent call last):\n  File x\nValueError", cause)
+    assert error_line(wrapped) == "ValueError: n_colors must be >= 2"
+    assert error_line(RuntimeError("")) == "RuntimeError"
+    oom = RuntimeError("Task was killed due to the node running low on memory.\nMemory on the node")
+    assert error_line(oom) == MEMORY_KILLED

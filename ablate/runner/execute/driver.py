@@ -246,6 +246,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
     from ablate.runner.execute.tune_callback import (
         StorageStop,
         StoreCallback,
+        error_line,
         trial_name,
         worker_deaths_as_trial_failures,
     )
@@ -309,7 +310,7 @@ def _run_tune(study: Study, todo: list[Trial], splits: dict, store: Store, summa
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, written files stay valid
             pass
         except Exception as e:  # Tune's controller failed: one line; finished trials are kept
-            summary.tune_error = _one_line(e)
+            summary.tune_error = error_line(e)
         summary.timings["tune"] = time.time() - t0
         display.close()
         summary.ok = sum(1 for s in callback.final.values() if s == "ok")
@@ -340,17 +341,6 @@ def _pack_resources(config: dict):
 
     return tune.PlacementGroupFactory([dict(config["trial"]["resources"])])
 
-
-def _one_line(e: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message (Ray's errors
-    carry a memory report or a traceback after it)."""
-    from ablate.runner.execute.tune_callback import MEMORY_KILLED, killed_for_memory
-
-    text = str(e).strip()
-    if killed_for_memory(text):
-        return MEMORY_KILLED
-    first = text.splitlines()[0] if text else ""
-    return f"{type(e).__name__}: {first}"[:300]
 
 
 def _payload(pack: Pack, spec, cache: str | None) -> dict:

@@ -222,6 +222,17 @@ def killed_for_memory(text: str) -> bool:
     return any(sign in text for sign in _MEMORY_SIGNS)
 
 
+def error_line(e: BaseException) -> str:
+    """An exception as one line: Ray's memory-monitor kill as `MEMORY_KILLED`; else the type
+    and first message line of the trial's own exception (a Ray task error's `cause`; Ray's
+    own text carries a traceback or a memory report after it)."""
+    if killed_for_memory(str(e)):
+        return MEMORY_KILLED
+    cause = getattr(e, "cause", None) or e
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")[:300]
+
+
 def _tune_error(trial) -> str:
     """One line describing why the trial's last attempt failed (from Tune's error file)."""
     try:

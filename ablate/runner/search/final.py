@@ -65,6 +65,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
     one line) while the others go on; a rerun runs it again. Returns the failed roles."""
     import ray
 
+    from ablate.runner.execute.tune_callback import error_line
     from ablate.runner.search.tuning import say
     from ablate.runner.study.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
@@ -93,7 +94,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
             res = ray.get(ref)
         except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError,
                 ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError) as e:
-            error = _one_line(e)
+            error = error_line(e)
             say(f"[{spec.name}] {arm}: final {role} failed after {FINAL_RETRIES} retries: {error}")
             cfg = jobs[role]
             base = {**graph.columns(cfg), **code_provenance()}
@@ -106,12 +107,6 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
         store.write(ids[role], res.records, res.curves, extra=extra)
     return failed
 
-
-def _one_line(e: BaseException) -> str:
-    """The cause of a Ray task's failure, one line: the trial's own exception where Ray has it."""
-    cause = getattr(e, "cause", None) or e
-    text = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {text[-1] if text else ''}".strip().rstrip(":")
 
 
 def summary(spec: SearchSpec, store) -> str:
