@@ -241,3 +241,24 @@ gpus_per_trial: 0
     study, _ = build_study("resume", directory=studies)
     df = _check_one_row_set_per_trial(study, results)
     assert set(df.status) == {"ok"} and len(df) == 48
+
+
+@pytest.mark.slow  # the default suite stays under 10 min; CI runs -m slow too
+def test_an_embedded_rays_logs_are_kept_and_named_when_a_trial_failed(env):
+    """A run on its own embedded Ray removes the session folder when every trial is ok
+    (test_edges) and keeps it, named on the summary, when a trial failed: Ray's logs are the
+    first place to look."""
+    import shutil
+
+    study = _study("logs", kind="faulty", fixed={"epochs": 1, "+marker_dir": str(env / "m")},
+                   grid={"+fault": ["raise"]}, max_failures=0, gpus_per_trial=0)
+    assert not ray.is_initialized()  # the run starts (and stops) its own Ray
+    s = run_study(study, env / "results", progress="none")
+    try:
+        assert s.exit_code == 1 and s.failed and not ray.is_initialized()
+        logs = Path(s.ray_logs)
+        assert logs.name == "logs" and logs.is_dir() and any(logs.iterdir())
+        assert f"Ray's logs of this run: {logs}" in s.failure_lines()
+    finally:
+        if s.ray_logs:
+            shutil.rmtree(Path(s.ray_logs).parent, ignore_errors=True)

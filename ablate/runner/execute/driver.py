@@ -45,7 +45,7 @@ from ablate.runner.execute.ray_env import (
     quiet_ray_env,
     tune_storage,
 )
-from ablate.runner.execute.reap import embedded_session, end_session
+from ablate.runner.execute.reap import shutdown_ray
 from ablate.runner.execute.ship import dataset_pieces
 from ablate.runner.execute.signals import handlers_kept_through_tune, raise_if_terminated, signal_name
 from ablate.runner.execute.worker import trainable
@@ -185,16 +185,10 @@ def _stop_ray(ray_start: RayStarter, summary: Summary, embedded: bool) -> None:
     left of its processes is stopped and its session folder removed (kept, with its logs,
     when trials failed: the console names it)."""
     if ray_start.wait(raise_errors=False):
-        import ray
-
         t0 = time.time()
-        session = embedded_session() if embedded else None
-        ray.shutdown()
-        if session is not None:
-            keep = bool(summary.failed)
-            end_session(session, keep_logs=keep)
-            if keep:
-                summary.ray_logs = str(session / "logs")
+        logs = shutdown_ray(embedded, lambda: bool(summary.failed))
+        if logs is not None:
+            summary.ray_logs = str(logs)
         summary.timings["ray_stop"] = time.time() - t0
     ray_start.release()
 

@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SESSION_MARK = "ablate_driver_pid"  # in an embedded Ray's session folder: the driver's pid
@@ -51,6 +52,21 @@ def embedded_session() -> Path | None:
     except OSError:
         pass
     return None
+
+
+def shutdown_ray(embedded: bool, keep_logs: Callable[[], bool]) -> Path | None:
+    """`ray.shutdown()`; for the embedded Ray this driver started, its leftover processes
+    stopped and its session folder removed, or kept when `keep_logs()` (trials failed: Ray's
+    logs are there). Returns the kept logs folder, else None."""
+    import ray
+
+    session = embedded_session() if embedded else None
+    ray.shutdown()
+    if session is None:
+        return None
+    keep = keep_logs()
+    end_session(session, keep_logs=keep)
+    return session / "logs" if keep else None
 
 
 def _alive(pid: int) -> bool:

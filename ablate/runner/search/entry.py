@@ -110,19 +110,15 @@ def _recipe(cfg) -> None:
 
 
 def _stop_ray(store, embedded: bool) -> None:
-    """`ray.shutdown()`; an embedded Ray's leftover processes stopped and its session folder
-    removed, as a grid study's run does (kept, and named, when a search trial failed: Ray's
-    logs are there)."""
-    import ray
+    """`shutdown_ray`, as a grid study's run does; the session's logs kept, and named, when a
+    search trial failed."""
+    from ablate.runner.execute.reap import shutdown_ray
 
-    from ablate.runner.execute.reap import embedded_session, end_session
-
-    session = embedded_session() if embedded else None
-    ray.shutdown()
-    if session is not None:
+    def failed() -> bool:
         df = store.read()
-        failed = not df.empty and "role" in df and bool(((df.role == "search")
-                                                          & (df.status != "ok")).any())
-        end_session(session, keep_logs=failed)
-        if failed:
-            print(f"Ray's logs of this run: {session / 'logs'}", file=sys.stderr, flush=True)
+        return not df.empty and "role" in df and bool(((df.role == "search")
+                                                       & (df.status != "ok")).any())
+
+    logs = shutdown_ray(embedded, failed)
+    if logs is not None:
+        print(f"Ray's logs of this run: {logs}", file=sys.stderr, flush=True)
