@@ -377,6 +377,49 @@ def _cells(values: list[list[float]]) -> list[str]:
     return out
 
 
+FULLSIZE_VARIANT = {"sup": "ChebyGIN (ref. script) sup", "global": "ChebyGIN (ref. script) global pool"}
+
+
+def _fullsize_reading(row: str, sides: dict[str, list[dict]]) -> str:
+    """What a row's finished seeds say about the paper's TEST-NOISY (mean ± std over its
+    seeds): each code's mean with its 95% Student-t interval and whether the paper's mean lies
+    in it (`analysis.tables.reaches`, as the report says it), the seeds inside the paper's
+    mean ± std, and, from the two codes' pooled seed spread, the smallest difference of two
+    rows' means a 95% Welch interval could tell at 3, 5 and 10 seeds a side."""
+    from scipy import stats
+
+    sys.path.insert(0, str(ROOT))
+    from analysis.reference import reference
+    from analysis.tables import reaches
+
+    ref = reference(FULLSIZE_VARIANT[row], "mnist_sp", "test_noisy")
+    parts, spreads = [], []
+    for side, rs in sides.items():
+        v = [r["curve"]["30"][1] for r in rs]
+        if len(v) < 2:
+            parts.append(f"{side}: {'no seed' if not v else 'one seed'} finished, no interval")
+            continue
+        m, sd = statistics.mean(v), statistics.stdev(v)
+        lo, hi = stats.t.interval(0.95, len(v) - 1, loc=m, scale=sd / len(v) ** 0.5)
+        inside = sum(abs(x - ref.mean) <= ref.std for x in v)
+        parts.append(f"{side} {m:.2f} [{lo:.1f}, {hi:.1f}] over {len(v)} seeds (seed std "
+                     f"{sd:.2f}), the paper's mean inside the interval: "
+                     f"{reaches(ref.mean, lo, hi)}; {inside} of {len(v)} seeds within "
+                     f"{ref.mean:g} ± {ref.std:g}")
+        spreads.append((sd, len(v)))
+    text = (f"Reading (generated from the rows above): the paper's TEST-NOISY {ref.mean:g} ± "
+            f"{ref.std:g} against each code's mean [95% Student-t interval]: {'; '.join(parts)}.")
+    if spreads:
+        sd = (sum(s * s * (n - 1) for s, n in spreads) / sum(n - 1 for _, n in spreads)) ** 0.5
+        width = "; ".join(f"{stats.t.ppf(0.975, 2 * n - 2) * sd * (2 / n) ** 0.5:.1f} with {n}"
+                          for n in (3, 5, 10))
+        text += (f" Seed to seed, NOISY moves by {sd:.1f} points (sample std pooled over the "
+                 f"codes); two rows with this spread are told apart by a 95% interval of their "
+                 f"difference only when their means differ by more than about {width} seeds a "
+                 f"side.")
+    return text
+
+
 def mnist_fullsize() -> str:
     """MNIST-75SP at full size (60,000 training graphs, 30 epochs): the authors' code and ours
     on the same graphs with the published LR timing, per seed, and their difference."""
@@ -410,7 +453,7 @@ def mnist_fullsize() -> str:
                    for k in range(3)]
             out.append("| ours - authors: difference [95% Welch interval], Welch p; Mann-Whitney p "
                        "ours < / > theirs | | " + " | ".join(cmp) + " | | |")
-        out.append("")
+        out += ["", _fullsize_reading(row, sides), ""]
     going = []
     for p in runs:
         prog = json.loads(p.read_text())

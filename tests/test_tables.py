@@ -59,3 +59,25 @@ def test_a_missing_source_says_not_measured(tmp_path, monkeypatch):
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     out = tables.render("<!-- generated:gpu_steps -->\n<!-- /generated:gpu_steps -->\n")
     assert "Not measured" in out and "|" not in out.split("-->", 1)[1].split("<!--")[0].replace("`", "")
+
+
+def test_the_fullsize_reading_is_computed_from_the_seeds():
+    """Issue 41's statement (does either code reach the paper's 92.3 ± 0.4; what the seed spread
+    means for rows compared with few seeds) comes from the records, not typed by hand."""
+    tables = _tables()
+
+    def rec(noisy):
+        return {"curve": {"30": [95.0, noisy, 90.0]}}
+
+    sides = {"authors": [rec(92.0), rec(92.6), rec(92.3)], "ours": [rec(80.0), rec(84.0)]}
+    text = tables._fullsize_reading("sup", sides)
+    # authors: mean 92.30, sd 0.30, t(2) interval [91.6, 93.0]; all three within 92.3 ± 0.4
+    assert "authors 92.30 [91.6, 93.0] over 3 seeds (seed std 0.30)" in text
+    assert "inside the interval: yes; 3 of 3 seeds within 92.3 ± 0.4" in text
+    # ours: mean 82.0, sd 2.83, t(1) interval [56.6, 107.4]: wide, so it cannot exclude 92.3
+    assert "ours 82.00 [56.6, 107.4] over 2 seeds" in text and "0 of 2 seeds within" in text
+    # pooled sd sqrt((2*0.09 + 1*8)/3) = 1.65; 3 seeds a side: t(4) 2.776 * 1.65 * sqrt(2/3)
+    assert "moves by 1.7 points" in text and "about 3.7 with 3;" in text
+    one = tables._fullsize_reading("global", {"authors": [rec(74.0)], "ours": []})
+    assert "80 ± 12" in one and "one seed finished" in one and "no seed finished" in one
+    assert "moves by" not in one
