@@ -138,19 +138,13 @@ def scale() -> str:
 def tu_fidelity() -> str:
     """The table `tu_fidelity.py --summary --markdown` prints (its own function, imported)."""
     import contextlib
-    import importlib.util
     import io
 
-    rel = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
-    recs = [r for r in _lines(rel) if r.get("same_split") is not False]  # other graphs: not a comparison
+    rel = TU_RECORDS
+    tu = _tu_module()
+    recs, timing = tu.comparable(_lines(rel))
     if not recs:
         return _missing(rel)
-    timings = [r.get("lr_timing", "early") for r in recs]  # records before issue 41: early
-    timing = max(set(timings), key=timings.count)
-    recs = [r for r, t in zip(recs, timings) if t == timing]
-    spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
-    tu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tu)
     groups: dict[tuple[str, str], list[float]] = {}
     for r in sorted(recs, key=lambda r: r["seed"]):
         groups.setdefault((r["row"], r["side"]), []).append(r["test_acc"])
@@ -159,7 +153,31 @@ def tu_fidelity() -> str:
         tu.markdown(groups)
     return buf.getvalue() + f"\nSource: `benchmarks/results/{rel}` (`python benchmarks/tu_fidelity.py`; " \
         f"{_commits(recs)}; {recs[0].get('machine', '')}, one torch thread per run; LR drops " \
-        f"timed `{timing}` on both sides).\n"
+        f"timed {_timing_words(timing, tu)} on both sides of a row).\n"
+
+
+TU_RECORDS = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
+
+
+def _tu_module():
+    """benchmarks/tu_fidelity.py (its table and its rule for which records compare)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
+    tu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tu)
+    return tu
+
+
+def _timing_words(timing: dict[str, str], tu) -> str:
+    """Each LR timing with the rows that ran it, e.g. "`published` (PROTEINS, ...)"."""
+    by: dict[str, list[str]] = {}
+    for row in tu.NAMES:
+        if row in timing:
+            by.setdefault(timing[row], []).append(tu.NAMES[row])
+    if len(by) == 1:
+        return f"`{next(iter(by))}`"
+    return "; ".join(f"`{t}` ({', '.join(rows)})" for t, rows in by.items())
 
 
 def mnist_reference() -> str:
@@ -216,13 +234,10 @@ TU_PUBLISHED = {
 
 def tu_published() -> str:
     """The TU side-by-side's means beside the paper's and the authors' notebook's figures."""
-    rel = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
-    recs = [r for r in _lines(rel) if r.get("same_split") is not False]
+    rel = TU_RECORDS
+    recs, _ = _tu_module().comparable(_lines(rel))
     if not recs:
         return _missing(rel)
-    timings = [r.get("lr_timing", "early") for r in recs]
-    timing = max(set(timings), key=timings.count)
-    recs = [r for r, t in zip(recs, timings) if t == timing]
 
     def cell(row: str, side: str) -> str:
         v = [r["test_acc"] for r in recs if r["row"] == row and r["side"] == side]

@@ -211,10 +211,29 @@ def markdown(groups: dict[tuple[str, str], list[float]]) -> None:
         print(f"| {NAMES[row]} | {cell(a)} | {cell(b)} | {p} | {seeds} |")
 
 
+TIMINGS = ("early", "published")  # the LR timings, oldest first (records before issue 41: early)
+
+
+def comparable(rows: list[dict]) -> tuple[list[dict], dict[str, str]]:
+    """The records to compare and each row's LR timing: per row, the newest timing both sides
+    ran (else the newest any side ran), so no mean mixes timings and no row sets one timing
+    against the other; records on other graphs (`same_split` false) left out."""
+    rows = [r for r in rows if r.get("same_split") is not False]
+    timing: dict[str, str] = {}
+    for row in {r["row"] for r in rows}:
+        sides: dict[str, set[str]] = {}
+        for r in rows:
+            if r["row"] == row:
+                sides.setdefault(r["side"], set()).add(r.get("lr_timing", "early"))
+        both = set.intersection(*sides.values())
+        timing[row] = max(both or set.union(*sides.values()), key=TIMINGS.index)
+    return [r for r in rows if r.get("lr_timing", "early") == timing[r["row"]]], timing
+
+
 def summary(path: Path, as_markdown: bool = False) -> None:
     from scipy import stats
 
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows, _ = comparable([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
     groups: dict[tuple[str, str], list[float]] = {}
     for r in sorted(rows, key=lambda r: r["seed"]):
         groups.setdefault((r["row"], r["side"]), []).append(r["test_acc"])

@@ -45,3 +45,23 @@ def test_a_failing_run_is_one_clear_error(fake, tmp_path):
     (fake / "mode.txt").write_text("--fail")
     with pytest.raises(RuntimeError, match="the authors' main.py failed \\(exit 4\\)"):
         bench.run_authors("proteins_global", 0, fake, tmp_path, tmp_path, 50, tmp_path)
+
+
+def test_a_row_compares_one_lr_timing_on_both_sides():
+    """Records of both timings in one file (the early ones predate issue 41): a row's mean never
+    mixes them and never sets one side's timing against the other's; the newest timing both
+    sides ran wins, else the newest any side ran."""
+    def rec(row, side, timing, acc, same=True):
+        r = {"row": row, "side": side, "seed": 0, "test_acc": acc, "same_split": same}
+        return r if timing is None else {**r, "lr_timing": timing}
+
+    rows = [rec("proteins_weak", "ours", None, 1), rec("proteins_weak", "authors", None, 2),
+            rec("proteins_weak", "ours", "published", 3), rec("proteins_weak", "authors", "published", 4),
+            rec("dd200_weak", "ours", None, 5), rec("dd200_weak", "authors", None, 6),
+            rec("dd200_weak", "ours", "published", 7),  # theirs not rerun yet: stays early
+            rec("dd300_global_gcn", "ours", "published", 8), rec("dd300_global", "ours", None, 9,
+                                                                 same=False)]
+    got, timing = bench.comparable(rows)
+    assert timing == {"proteins_weak": "published", "dd200_weak": "early",
+                      "dd300_global_gcn": "published"}
+    assert sorted(r["test_acc"] for r in got) == [3, 4, 5, 6, 8]
