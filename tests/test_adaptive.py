@@ -400,12 +400,25 @@ def test_the_splits_are_what_the_generators_make(tmp_path):
         assert {s for s in kept.get(d, splits) if s.startswith("test")} == set(ad.made_splits(d)), d
         assert (d in ad.NO_GROUND_TRUTH) == (not any((gs.gt > 0).any() for gs in splits.values())), d
 @pytest.mark.slow
-def test_an_adaptive_study_runs_in_rounds_and_a_rerun_replays_them(studies, tmp_path, capsys):
+def test_an_adaptive_study_runs_in_rounds_and_a_rerun_replays_them(studies, tmp_path, capsys,
+                                                                   monkeypatch):
     """Through the CLI on an embedded Ray: rounds of seeds, the store holding every round's
-    seeds of every row still compared, the decisions file, and a rerun that skips it all."""
+    seeds of every row still compared, the decisions file, and a rerun that skips it all. One
+    Ray serves every round, and is stopped (its session folder removed) at the end."""
+    import ray
+
+    from ablate.runner.execute import ray_env
+    from ablate.runner.execute.reap import ray_temp_dir
+
+    starts = []
+    real_start = ray_env.start_ray
+    monkeypatch.setattr(ray_env, "start_ray", lambda *a: starts.append(1) or real_start(*a))
+    sessions = set(ray_temp_dir().glob("session_2*"))
     name = studies("{adaptive: {start: 2, step: 1, max: 4, equivalence: 0.05}}")
     res = tmp_path / "r"
     assert main([f"study={name}", f"results_dir={res}", "progress=none"]) == 0
+    assert len(starts) == 1 and not ray.is_initialized()  # three rounds, one Ray
+    assert set(ray_temp_dir().glob("session_2*")) <= sessions
     err = capsys.readouterr().err
     assert "round 1: seed(s) 0-1 for 3 of 3 (row, dataset) pairs" in err
     assert "round 3: seed(s) 3" in err

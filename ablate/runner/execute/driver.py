@@ -72,11 +72,29 @@ if TYPE_CHECKING:
     from ablate.runner.execute.store import Store
 
 
+class HeldRay:
+    """The Ray one command keeps across several runs (an adaptive study's rounds): the first
+    run that needs Ray starts (or joins) it, the later ones use it, and the command stops it
+    once, at its end (`stop`)."""
+
+    def __init__(self):
+        self.starter: RayStarter | None = None
+
+    def stop(self, summary: Summary, ray_address: str | None) -> None:
+        """`_stop_ray` of the held Ray, if one was started; `summary` is the whole command's
+        (its failures decide whether an embedded Ray's logs are kept)."""
+        if self.starter is not None:
+            _stop_ray(self.starter, summary, embedded=not cluster_address(ray_address))
+            self.starter = None
+
+
 def run_study(study: Study, results_dir: str | os.PathLike = "results", force: bool = False,
               ray_address: str | None = None, progress: str = "auto",
-              stream: TextIO | None = None, display: Progress | None = None) -> Summary:
+              stream: TextIO | None = None, display: Progress | None = None,
+              held: HeldRay | None = None) -> Summary:
     """Run every trial of `study` not yet complete in the store; see the module docstring.
-    `display` (a `Progress` that showed the planning step) goes on; else one is made."""
+    `display` (a `Progress` that showed the planning step) goes on; else one is made. With
+    `held`, Ray is started once for every run given the same `HeldRay` and left running."""
     from ablate.runner.execute.store import FAILURES, Store, StoreError, write_error
 
     t_start = display.t0 if display is not None else time.time()
@@ -119,7 +137,7 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
                 return summary
             if todo:
                 _start_and_run(study, todo, store, summary, ray_address, display, stream,
-                               t_start)
+                               t_start, held)
         finally:
             store.unlock()
             summary.wall_s = time.time() - t_start
@@ -128,8 +146,9 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
 
 def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summary,
                    ray_address: str | None, display: Progress, stream: TextIO,
-                   t_start: float) -> None:
-    """Datasets, Ray, Tune; the embedded Ray stopped and its session folder removed after.
+                   t_start: float, held: HeldRay | None = None) -> None:
+    """Datasets, Ray, Tune; the embedded Ray stopped and its session folder removed after
+    (unless `held`: the Ray of its earlier runs is used, or the one started here kept).
 
     Ctrl-C or SIGTERM during start-up ends the run like one during Tune: what is not done
     stays to do (the summary's resume line, exit 130 / 143), and Ray is stopped."""
@@ -139,7 +158,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         check_trial_files(todo)
     t0 = time.time()
     ray_start = None
-    started = False
+    started = reused = False
     try:
         local = [reads_local_files(t) for t in todo]
         first = [t for t, x in zip(todo, local) if x]
@@ -150,7 +169,11 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             if not address:  # a trial this machine's memory cannot hold: refused before Ray
                 check_memory({t.trial_id: trials_memory([t]) for t in first},
                              [node_memory_estimate()], embedded=True)
-            ray_start = RayStarter(address)  # Ray starts while the other datasets are built
+            reused = held is not None and held.starter is not None
+            # Ray starts while the other datasets are built (or is the held one, running)
+            ray_start = held.starter if reused else RayStarter(address)
+            if held is not None:
+                held.starter = ray_start
             rest = [t for t, x in zip(todo, local) if not x]
             splits.update(prepare_datasets(rest, progress=bars, display=display))
         except OSError as e:  # the data folder filled (or is read-only): exit 3, the usual line
@@ -162,9 +185,10 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             return
         summary.timings["datasets"] = time.time() - t0
         raise_if_terminated()
-        display.step("starting Ray" if not address else "joining Ray")
+        if not reused:
+            display.step("starting Ray" if not address else "joining Ray")
         started = ray_start.wait()
-        summary.timings["ray_start"] = ray_start.seconds
+        summary.timings["ray_start"] = 0.0 if reused else ray_start.seconds
         raise_if_terminated()
         mode = RayMode(address, started)
         with _sigterm_as_interrupt(summary), handlers_kept_through_tune():
@@ -175,7 +199,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
         if "tune" not in summary.timings:  # no trial's result was counted: all stay to do
             summary.remaining = [t.trial_id for t in todo]
     finally:
-        if ray_start is not None:
+        if ray_start is not None and held is None:
             display.step("stopping Ray")
             _stop_ray(ray_start, summary, embedded=not address)
 

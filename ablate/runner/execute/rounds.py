@@ -27,8 +27,9 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
                  display: Progress | None = None,
                  say: Callable[[str], None] | None = None) -> Summary:
     """Every round of `study` until its comparisons are decided or have `max` seeds; the
-    summary of all rounds. `say(line)` gets one line per round (stderr by default)."""
-    from ablate.runner.execute.driver import run_study
+    summary of all rounds. `say(line)` gets one line per round (stderr by default). One Ray
+    serves every round: started (or joined) by the first, stopped once at the end."""
+    from ablate.runner.execute.driver import HeldRay, run_study
 
     ad = study.spec.adaptive
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -38,27 +39,33 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
     n_pairs = len(rounds.active)
     total = Summary(study.name, len(study.trials), results=str(Path(results_dir) / study.name))
     planned: list[str] = []
-    for r in range(1, ad.rounds + 1):
-        todo = rounds.round_trials(r)
-        planned += [t.trial_id for t in todo]
-        seeds = ad.round_seeds(r)
-        span = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"{seeds[0]}"
-        c = rounds.counts()
-        say(f"[{study.name}] round {r}: seed(s) {span} for {len(rounds.active)} of {n_pairs} "
-            f"(row, dataset) pairs; comparisons {c['decided']} decided / {c['open']} open; "
-            f"{rounds.saved} seed runs saved so far")
-        if display is not None:
-            display.study = f"{study.name} round {r}"
-        part = run_study(Study(study.spec, todo, planned=list(planned)), results_dir,
-                         force=force, ray_address=ray_address, progress=progress,
-                         display=display)
-        _add(total, part)
-        if part.storage_error or part.remaining or part.signal or part.tune_error:
-            break  # a rerun resumes this round; failed trials alone do not stop the study
-        rounds.decide(r, ad_plan.store_values(ad, rounds.plan, results_dir, study.name))
-        rounds.write(path)
-        if not rounds.active:
-            break
+    held = HeldRay()
+    try:
+        for r in range(1, ad.rounds + 1):
+            todo = rounds.round_trials(r)
+            planned += [t.trial_id for t in todo]
+            seeds = ad.round_seeds(r)
+            span = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"{seeds[0]}"
+            c = rounds.counts()
+            say(f"[{study.name}] round {r}: seed(s) {span} for {len(rounds.active)} of {n_pairs} "
+                f"(row, dataset) pairs; comparisons {c['decided']} decided / {c['open']} open; "
+                f"{rounds.saved} seed runs saved so far")
+            if display is not None:
+                display.study = f"{study.name} round {r}"
+            part = run_study(Study(study.spec, todo, planned=list(planned)), results_dir,
+                             force=force, ray_address=ray_address, progress=progress,
+                             display=display, held=held)
+            _add(total, part)
+            if part.storage_error or part.remaining or part.signal or part.tune_error:
+                break  # a rerun resumes this round; failed trials alone do not stop the study
+            rounds.decide(r, ad_plan.store_values(ad, rounds.plan, results_dir, study.name))
+            rounds.write(path)
+            if not rounds.active:
+                break
+    finally:
+        if display is not None and held.starter is not None:
+            display.step("stopping Ray")
+        held.stop(total, ray_address)
     c = rounds.counts()
     absent = f", {c['absent']} without their split in the data" if c["absent"] else ""
     left = f", {len(rounds.left_out)} left out (no {ad.metric} on a row)" if rounds.left_out else ""
