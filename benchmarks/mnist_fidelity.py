@@ -206,7 +206,8 @@ def _recipe(data: dict) -> dict:
     return dict(cfg.data_params)
 
 
-def run_reference(rows: list[str], seeds: list[int], stats: str, data: dict) -> dict:
+def run_reference(rows: list[str], seeds: list[int], stats: str, data: dict,
+                  timing: str = "published") -> dict:
     from ablate.data import mnist, resolve_params
 
     p = resolve_params("digits_sp", _recipe(data))
@@ -222,7 +223,7 @@ def run_reference(rows: list[str], seeds: list[int], stats: str, data: dict) -> 
             t0 = time.perf_counter()
             torch.manual_seed(seed)
             model = RefMnistNet(raw["train"].num_features, None if row == "global" else row)
-            ref_fit(model, raw["train"], seed, mean, std)
+            ref_fit(model, raw["train"], seed, mean, std, timing=timing)
             table.append([ref_accuracy(model, raw["test"], mean, std, noise[s]) for s in SPLITS])
             print(f"  ref {row} seed {seed}: " + " / ".join(f"{v:.1f}" for v in table[-1])
                   + f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -230,14 +231,14 @@ def run_reference(rows: list[str], seeds: list[int], stats: str, data: dict) -> 
     return out
 
 
-def run_ours(rows: list[str], seeds: list[int], data: dict) -> dict:
+def run_ours(rows: list[str], seeds: list[int], data: dict, timing: str = "published") -> dict:
     from ablate.config import TrialConfig
     from ablate.trial.graph import run_trial
 
     out = {}
     for row in rows:
         kw = dict(dataset="digits_sp", backbone="chebygin_ref", data_params=_recipe(data),
-                  seeds=tuple(seeds))
+                  seeds=tuple(seeds), lr_timing=timing)
         kw.update(pool_layers=(), loo_auc=False) if row == "global" else kw.update(supervision=row)
         t0 = time.perf_counter()
         recs = run_trial(TrialConfig(**kw))
@@ -268,15 +269,20 @@ def main() -> None:
     ap.add_argument("--ours", action="store_true", help="our trial path instead")
     ap.add_argument("--data", nargs="*", default=[], help="recipe overrides KEY=VALUE")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--timing", choices=("published", "early"), default="published",
+                    help="when the LR drops, on both sides: from the epoch after the listed one "
+                         "(the authors' published runs, ablate's default) or from it (the runs "
+                         "before issue 41)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     rows, seeds = args.rows.split(","), _seeds(args.seeds)
     data = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.data)}
     who = "ours" if args.ours else f"reference semantics, stats={args.stats}"
+    who += f", LR timing {args.timing}"
     print(f"digits stand-in, recipe {_recipe(data)}; {who}; seeds {args.seeds}")
-    result = run_ours(rows, seeds, data) if args.ours else run_reference(rows, seeds, args.stats,
-                                                                       data)
+    result = (run_ours(rows, seeds, data, args.timing) if args.ours
+              else run_reference(rows, seeds, args.stats, data, args.timing))
     print("row | seeds | ORIG | NOISY | NOISY-C (mean +- sd)")
     for row, arr in result.items():
         sd = arr.std(0, ddof=1) if len(arr) > 1 else np.zeros(3)

@@ -187,7 +187,7 @@ def mnist_reference() -> str:
     if not recs:
         return _missing(rel)
     out = ["| side | row | train graphs | epochs | change | seeds | TEST | NOISY | NOISY-C | "
-           "seconds per seed |", "|---|---|---:|---:|---|---|---:|---:|---:|---:|"]
+           "median seconds per seed |", "|---|---|---:|---:|---|---|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in recs:
         change = ", ".join(f"{k}={v}" for k, v in sorted((r.get("set") or {}).items()))
@@ -451,7 +451,7 @@ def mnist_fullsize() -> str:
         if not any(sides.values()):
             continue
         out += [f"**{'Supervised attention' if row == 'sup' else 'Global pool'} (`{row}`)**", "",
-                "| code | seeds | TEST | NOISY | NOISY-C | NOISY at epochs 10 / 20 | min per seed |",
+                "| code | seeds | TEST | NOISY | NOISY-C | NOISY at epochs 10 / 20 | median min per seed |",
                 "|---|---|---:|---:|---:|---|---:|"]
         for side, rs in sides.items():
             if not rs:

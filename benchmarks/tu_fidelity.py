@@ -214,6 +214,15 @@ def markdown(groups: dict[tuple[str, str], list[float]]) -> None:
 TIMINGS = ("early", "published")  # the LR timings, oldest first (records before issue 41: early)
 
 
+def done_runs(path: Path) -> set[tuple[str, str, int]]:
+    """(row, side, seed) already in `path` with the LR timing this script runs (`published`):
+    a rerun skips them; records of an earlier timing are run again, never taken for done."""
+    if not path.is_file():
+        return set()
+    return {(r["row"], r["side"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())
+            if r.get("lr_timing", "early") == "published"}
+
+
 def comparable(rows: list[dict]) -> tuple[list[dict], dict[str, str]]:
     """The records to compare and each row's LR timing: per row, the newest timing both sides
     ran (else the newest any side ran), so no mean mixes timings and no row sets one timing
@@ -287,9 +296,7 @@ def main() -> None:
         authors_commit = subprocess.run(["git", "-C", str(args.authors), "rev-parse", "HEAD"],
                                         capture_output=True, text=True).stdout.strip() or None
     sides = ["authors", "ours"] if args.side == "both" else [args.side]
-    done = set()  # (row, side, seed) already in --out: a rerun resumes
-    if args.out.is_file():
-        done = {(r["row"], r["side"], r["seed"]) for r in map(json.loads, args.out.read_text().splitlines())}
+    done = done_runs(args.out)
     for row in args.rows.split(","):
         name, n_nodes, _, _ = ROWS[row]
         folder = unzip(name, args.zips, args.scratch)

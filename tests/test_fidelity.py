@@ -3,8 +3,8 @@
 Each test pins one detail that changed results before: cos(p_init, p_opt) over the
 colour channels, backbone names that mean what they say (and distinct rows in every
 study), dropout before the final layer only, weak-supervision labels from the raw output,
-the LR decay epoch, top-k counting, pooled attention AUC, the fc_hidden scorer's init
-(N(0, 1) * scale, as the reference).
+pooled attention AUC, the fc_hidden scorer's init (N(0, 1) * scale, as the reference). The LR
+decay epoch is pinned by tests/test_lr_timing.py, top-k counting by tests/test_models.py.
 """
 
 from __future__ import annotations

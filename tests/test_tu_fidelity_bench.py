@@ -5,6 +5,7 @@ is parsed (last test epoch, accuracy, train accuracy), a failing run is one clea
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,13 @@ def test_a_row_compares_one_lr_timing_on_both_sides():
     assert timing == {"proteins_weak": "published", "dd200_weak": "early",
                       "dd300_global_gcn": "published"}
     assert sorted(r["test_acc"] for r in got) == [3, 4, 5, 6, 8]
+
+
+def test_a_rerun_skips_only_runs_of_the_published_timing(tmp_path):
+    out = tmp_path / "tu.jsonl"
+    assert bench.done_runs(out) == set()
+    out.write_text("\n".join(json.dumps(r) for r in [
+        {"row": "proteins_weak", "side": "ours", "seed": 0},  # before issue 41: early
+        {"row": "proteins_weak", "side": "ours", "seed": 1, "lr_timing": "published"},
+        {"row": "proteins_weak", "side": "authors", "seed": 1, "lr_timing": "early"}]) + "\n")
+    assert bench.done_runs(out) == {("proteins_weak", "ours", 1)}
