@@ -127,6 +127,21 @@ def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict
     return out
 
 
+def row_spreads(name: str, results: Path, max_seeds: int) -> list[dict]:
+    """Each row's seeds in the store, per (dataset, split): count, mean and sample std of the
+    metric the comparisons read (the spreads `adaptive_sim.py` simulates are taken from here)."""
+    from ablate.runner.plan import adaptive as ad
+    from ablate.runner.study.expand import build_study
+
+    study, _ = build_study(name, [f"seeds={{adaptive:{{max:{max_seeds}}}}}"])
+    values = ad.store_values(ad.AdaptiveSeeds(max=max_seeds), ad.plan_rows(study.trials), results,
+                             name)
+    return [{"row": row, "dataset": dataset, "split": split, "seeds": int(len(g)),
+             "mean": round(float(g["value"].mean()), 4),
+             "std": round(float(g["value"].std(ddof=1)), 4) if len(g) > 1 else None}
+            for (row, dataset, split), g in values.groupby(["row", "dataset", "split"])]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("study")
@@ -147,7 +162,8 @@ def main() -> None:
     costs = round_costs(args.study, results, doc["options"])
     commits = trial_commits(args.study, results)
     rec = {"study": args.study, "max": args.max, **got, "adaptive": doc, "fixed_10": fixed,
-           "round_costs": costs, "trials_git_sha": commits,
+           "round_costs": costs, "row_spreads": row_spreads(args.study, results, args.max),
+           "trials_git_sha": commits,
            "git_sha": git_sha(), "git_dirty": tree_state(str(ROOT)),
            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -39,3 +39,18 @@ def test_round_costs_count_each_trial_once_in_the_round_of_its_seeds(tmp_path):
         {"round": 2, "trials": 1, "failed": 0, "seed_runs": 2, "trial_s": 30.0, "span_s": 30.0},
         {"round": 3, "trials": 1, "failed": 1, "seed_runs": 2, "trial_s": 40.0, "span_s": 40.0}]
     assert bench.round_costs("nothing", tmp_path, options) == []
+
+
+def test_row_spreads_are_each_rows_seed_statistics(monkeypatch):
+    """What the simulation's seed spreads are taken from: per row, dataset and split, the
+    count, mean and sample std of the values the comparisons read."""
+    from ablate.runner.plan import adaptive as ad
+
+    values = pd.DataFrame({"row": ["a"] * 3 + ["b"], "dataset": "colors", "split": "test_largec",
+                           "seed": [0, 1, 2, 0], "value": [0.1, 0.2, 0.3, 0.5]})
+    monkeypatch.setattr(ad, "store_values", lambda *a: values)
+    got = bench.row_spreads("supervision", Path("unused"), 20)
+    assert got == [{"row": "a", "dataset": "colors", "split": "test_largec", "seeds": 3,
+                    "mean": 0.2, "std": 0.1},
+                   {"row": "b", "dataset": "colors", "split": "test_largec", "seeds": 1,
+                    "mean": 0.5, "std": None}]
