@@ -7,8 +7,9 @@ Each simulated study compares one row with its baseline, paired by seed: accurac
 N(0.7 + diff, spread^2) and N(0.7, spread^2), independent per seed, clipped to [0, 1]. The
 adaptive rule looks after 3, 5, ..., 29 and 30 seeds and stops a comparison at its first
 decision (analysis/sequences.py: `adaptive`). For every true difference (0, 1, 3, 10, 30
-points) and seed spread measured in this project (COLORS global-pool LARGE-C: accuracy std
-0.071 over 30 seeds; MNIST-75SP NOISY: 0.037, ours, 9,984-graph runs), it records for each
+points) and seed spread measured in this project (`SPREAD_SOURCES`: COLORS ChebyGIN global-pool
+LARGE-C, 0.126 over 20 seeds of `study=supervision`; MNIST-75SP NOISY, 0.037 over 3 seeds of
+ours at 9,984 training graphs), it records for each
 rule: the false-"difference" rate (no true difference, or the wrong sign), the right-sign
 rate, "equivalent" (margin 2 points), decided by max / open at max, and mean seeds used.
 
@@ -38,7 +39,14 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.sequences import adaptive, draw_differences, per_comparison_alpha  # noqa: E402
 
-SPREADS = {"COLORS global-pool LARGE-C": 0.071, "MNIST-75SP NOISY": 0.037}
+SPREADS = {"COLORS global-pool LARGE-C": 0.126, "MNIST-75SP NOISY": 0.037}
+# where each spread was measured: the sample std of the seeds' accuracy in a kept record
+# (tests/test_adaptive_study_bench.py checks SPREADS against these files)
+SPREAD_SOURCES = {
+    "COLORS global-pool LARGE-C": "cpu-2026-11-27-adaptive/supervision.json: row_spreads, ChebyGIN "
+                                  "(ref. script) global pool, colors, test_largec (20 seeds)",
+    "MNIST-75SP NOISY": "cpu-2026-11-27-mnist-train-reference/mnist_train_reference.jsonl: ours, "
+                        "sup, 9,984 training graphs, NOISY at epoch 30 (3 seeds)"}
 DIFFS = (0.0, 0.01, 0.03, 0.10, 0.30)
 START, STEP, MAX = 3, 2, 30
 EQUIVALENCE = 0.02
@@ -114,9 +122,8 @@ def main() -> None:
         "settings": {"studies_per_setting": args.studies, "seed": args.seed, "start": START,
                      "step": STEP, "max_seeds": MAX, "equivalence": EQUIVALENCE,
                      "mean_accuracy": MEAN, "t_star": MAX, "spreads": SPREADS,
-                     "spread_source": "seed std of accuracy: COLORS global-pool LARGE-C 0.071 over "
-                                      "30 seeds; MNIST-75SP NOISY 0.037 (ours, 9,984-graph runs); "
-                                      "row and baseline independent per seed",
+                     "spread_source": {**SPREAD_SOURCES, "model": "the sample std of a row's seed "
+                                       "accuracies; row and baseline independent per seed"},
                      "variants": {n: {"rule": r, **kw} for n, r, kw in VARIANTS}},
         **res,
         "wall_s": round(wall, 1),

@@ -54,3 +54,25 @@ def test_row_spreads_are_each_rows_seed_statistics(monkeypatch):
                     "mean": 0.2, "std": 0.1},
                    {"row": "b", "dataset": "colors", "split": "test_largec", "seeds": 1,
                     "mean": 0.5, "std": None}]
+
+
+def test_the_simulated_spreads_are_the_kept_records():
+    """benchmarks/adaptive_sim.py's seed spreads are measured ones: each equals the sample std
+    its source names, read from the committed record."""
+    import json
+    import statistics
+
+    spec = importlib.util.spec_from_file_location("adaptive_sim", ROOT / "benchmarks" / "adaptive_sim.py")
+    sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim)
+    results = ROOT / "benchmarks" / "results"
+    rec = json.loads((results / "cpu-2026-11-27-adaptive" / "supervision.json").read_text())
+    colors = [r for r in rec["row_spreads"] if r["row"] == "ChebyGIN (ref. script) global pool"
+              and r["split"] == "test_largec"]
+    assert len(colors) == 1 and colors[0]["seeds"] == 20
+    assert round(colors[0]["std"], 3) == sim.SPREADS["COLORS global-pool LARGE-C"]
+    lines = (results / "cpu-2026-11-27-mnist-train-reference" / "mnist_train_reference.jsonl")
+    noisy = [r["curve"]["30"][1] / 100 for r in map(json.loads, lines.read_text().splitlines())
+             if r["side"] == "ours" and r["row"] == "sup" and r.get("n_train") == 9984
+             and not r.get("set") and "30" in r["curve"]]
+    assert len(noisy) == 3 and round(statistics.stdev(noisy), 3) == sim.SPREADS["MNIST-75SP NOISY"]
