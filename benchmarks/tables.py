@@ -604,10 +604,13 @@ def _estimate_walls(rel: str = "cpu-2026-11-26-estimate/estimate.log") -> dict[s
 
 
 def _tu_seconds() -> dict[str, float]:
-    """TU row -> median seconds per seed on one core, ours (`tu_fidelity.jsonl`)."""
+    """TU row -> median seconds per seed on one core, ours (`tu_fidelity.jsonl`); runs that
+    shared the machine (a `machine_note`, or a load above its cores) are not a one-core cost."""
     per: dict[str, list[float]] = {}
-    for r in _lines("cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"):
-        if r.get("side") == "ours" and r.get("seconds"):
+    for r in _lines(TU_RECORDS):
+        cores = int((re.search(r"(\d+) cores", r.get("machine", "")) or [0, 0])[1]) or None
+        shared = r.get("machine_note") or (cores and r.get("load_1min", 0) > cores)
+        if r.get("side") == "ours" and r.get("seconds") and not shared:
             per.setdefault(r["row"], []).append(float(r["seconds"]))
     return {k: statistics.median(v) for k, v in per.items()}
 

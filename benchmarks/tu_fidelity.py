@@ -25,7 +25,8 @@ What runs:
   are small), as their `DataReader.split_ids_shape`; the script checks, per dataset and seed,
   that their function (imported from the checkout) gives the same train and test ids as ours.
 
-Each (side, row, seed) is a JSON line in --out: test accuracy (%), train accuracy, seconds,
+Each (side, row, seed) is a JSON line in --out: test accuracy (%), train accuracy, seconds
+(with the machine's load at the end, `load_1min`),
 peak RSS, the train / test counts and the split check. `--summary` prints mean +- std per side
 and row, and a two-sample test (Welch's t and Mann-Whitney U, both directions) of the two
 sides' seeds per row.
@@ -149,7 +150,7 @@ def run_authors(row: str, seed: int, authors: Path, folder: Path, scratch: Path,
     proc = subprocess.run(["/usr/bin/time", "-v", *cmd] if Path("/usr/bin/time").exists() else cmd,
                           cwd=authors, env=env, capture_output=True, text=True)
     secs = time.perf_counter() - t0
-    log = log_dir / f"authors_{row}_seed{seed}.log"
+    log = log_dir / f"authors_{row}_seed{seed}_published.log"  # the early-timing logs keep theirs
     log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"the authors' main.py failed (exit {proc.returncode}); see {log}")
@@ -318,6 +319,9 @@ def main() -> None:
                        "same_split": same, **res, "git_sha": sha, "git_dirty": dirty,
                        "authors_commit": authors_commit if side == "authors" else None,
                        "lr_timing": "published",
+                       # the machine's 1-minute load at the run's end: above its cores, other
+                       # work shared them and `seconds` is not a one-core cost
+                       "load_1min": round(os.getloadavg()[0], 2),
                        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                        "command": " ".join(sys.argv)}
                 with open(args.out, "a") as f:

@@ -81,3 +81,17 @@ def test_the_fullsize_reading_is_computed_from_the_seeds():
     one = tables._fullsize_reading("global", {"authors": [rec(74.0)], "ours": []})
     assert "80 ± 12" in one and "one seed finished" in one and "no seed finished" in one
     assert "moves by" not in one
+
+
+def test_tu_costs_leave_out_runs_that_shared_the_machine(tmp_path, monkeypatch):
+    """The README's cost per seed on one core: a run beside other work (a note, or a load
+    above the machine's cores) is not one."""
+    tables = _tables()
+    (tmp_path / "cpu-2026-11-27-tu-fidelity").mkdir()
+    recs = [{"side": "ours", "row": "proteins_weak", "seconds": s, "machine": "x86_64, 2 cores", **extra}
+            for s, extra in ((6.0, {}), (8.0, {"load_1min": 1.5}), (20.0, {"load_1min": 4.5}),
+                             (22.0, {"machine_note": "other work shared the cores"}))]
+    recs.append({"side": "authors", "row": "proteins_weak", "seconds": 90.0, "machine": "x86_64, 2 cores"})
+    (tmp_path / tables.TU_RECORDS).write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert tables._tu_seconds() == {"proteins_weak": 7.0}
