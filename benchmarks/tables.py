@@ -14,6 +14,7 @@ files on disk. A table whose source files are missing says so instead of a numbe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # ablate and analysis, imported by some tables
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARK = re.compile(r"(<!-- generated:(?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)",
@@ -159,8 +162,10 @@ def tu_fidelity() -> str:
 TU_RECORDS = "cpu-2026-11-27-tu-fidelity/tu_fidelity.jsonl"
 
 
+@functools.cache
 def _tu_module():
-    """benchmarks/tu_fidelity.py (its table and its rule for which records compare)."""
+    """benchmarks/tu_fidelity.py (its table and its rule for which records compare), loaded
+    once."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
@@ -403,7 +408,6 @@ def _fullsize_reading(row: str, sides: dict[str, list[dict]]) -> str:
     rows' means a 95% Welch interval could tell at 3, 5 and 10 seeds a side."""
     from scipy import stats
 
-    sys.path.insert(0, str(ROOT))
     from analysis.reference import reference
     from analysis.tables import reaches
 
@@ -627,7 +631,6 @@ def _minutes(s: float) -> str:
 
 def studies() -> str:
     """The README's studies table: size from the study files, walls from benchmark output."""
-    sys.path.insert(0, str(ROOT))
     from ablate.runner.study.compose import list_studies, load_spec, seed_list, study_file
     from ablate.runner.study.expand import plan_size
 

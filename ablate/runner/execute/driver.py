@@ -172,7 +172,7 @@ def _start_and_run(study: Study, todo: list[Trial], store: Store, summary: Summa
             reused = held is not None and held.starter is not None
             # Ray starts while the other datasets are built (or is the held one, running)
             ray_start = held.starter if reused else RayStarter(address)
-            if held is not None:
+            if held is not None and not reused:
                 held.starter = ray_start
             rest = [t for t, x in zip(todo, local) if not x]
             splits.update(prepare_datasets(rest, progress=bars, display=display))
