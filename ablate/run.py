@@ -1,7 +1,8 @@
 """Command line: ``python -m ablate.run study=NAME [overrides...]``.
 
 Overrides use Hydra's syntax (``key=value``, ``+new=value``, ``~key``, sweeps
-``seed=range(0,10)`` / ``backbone=gin,chebygin`` that expand the grid).
+``'seed=range(0,10)'`` (quoted: the shell reads brackets) / ``backbone=gin,chebygin`` that
+expand the grid).
 ``--help`` lists the studies and every key with its allowed values;
 ``dry_run=true`` prints the trial table, count and cost estimate and the downloads a run
 would make (it needs no data and no network); ``verify=true`` checks every result file.

@@ -102,10 +102,30 @@ def command_lines() -> list[tuple[str, str]]:
         for line in pieces:
             line = re.sub(r"\s+#.*$", "", line.strip()).removeprefix("$ ")
             for part in line.split("&&"):
-                part = part.strip().strip("'\"")
+                part = part.strip()
+                for q in "'\"":  # a quote opened before the command (ssh host '...') or
+                    if part.count(q) % 2:  # closed after it: not the command's own
+                        part = part.strip(q)
+                if len(part) > 1 and part[0] == part[-1] and part[0] in "'\"":
+                    part = part[1:-1]  # a whole command quoted in prose
                 if ENTRY in part and part.split(ENTRY, 1)[1].strip():  # not the bare name
                     out.setdefault(part, name)
     return [(where, cmd) for cmd, where in out.items()]
+
+
+def shell_lines() -> list[tuple[str, str]]:
+    """(where, line) of every whole line of a fenced shell block, and every inline code span,
+    that runs `python -m ablate.run` with arguments, as a user would paste it."""
+    out: dict[str, str] = {}
+    for name in COMMAND_DOCS:
+        shell, prose = fenced(_read(name))
+        pieces = shell + [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+        for line in pieces:
+            line = line.strip().removeprefix("$ ")
+            if line.startswith(("python", "RAY_", "ABLATE_")) or " && " in line or "ssh " in line:
+                if ENTRY in line and line.split(ENTRY, 1)[1].strip():
+                    out.setdefault(line, name)
+    return [(where, line) for line, where in out.items()]
 
 
 def quoted_errors() -> dict[str, str]:
@@ -210,3 +230,29 @@ def test_the_readme_set_up_is_two_commands_that_make_a_virtual_environment_first
     assert len(blocks) == 2 and all(len(b.strip().splitlines()) == 1 for b in blocks), blocks
     for b in blocks:
         assert b.startswith("python3 -m venv .venv && . .venv/bin/activate && bash install.sh")
+
+
+SHELL = shell_lines()
+
+
+@pytest.mark.parametrize("where, cmd", SHELL, ids=[c for _, c in SHELL])
+def test_every_command_of_the_docs_is_valid_shell(where, cmd):
+    """Copied into bash as written, a command parses (an unquoted ``seed=range(0,10)`` is a
+    bash syntax error, which the Python-side dry run above cannot see)."""
+    import subprocess
+
+    done = subprocess.run(["bash", "-n", "-c", cmd], capture_output=True, text=True)
+    assert done.returncode == 0, (where, cmd, done.stderr)
+
+
+def test_the_help_quotes_what_the_shell_would_read():
+    """`--help` shows sweeps as they must be typed: an example with brackets is quoted."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(["--help"])
+    text = out.getvalue()
+    assert "range(" in text
+    assert not re.search(r"(?<!')\bseeds?=range\(", text), text

@@ -120,7 +120,8 @@ RUN_KEYS: dict[str, tuple[Any, str]] = {
 
 # Study settings: name -> (default, help). Set in the YAML, overridable on the command line.
 STUDY_KEYS: dict[str, tuple[Any, str]] = {
-    "seeds": ([0], "seeds to train (alias seed); e.g. seed=range(0,10); seeds=adaptive (or "
+    "seeds": ([0], "seeds to train (alias seed); e.g. 'seed=range(0,10)' (quoted: the shell "
+                   "reads brackets); seeds=adaptive (or "
                    "seeds={adaptive:{max:20}}): 10 seeds a row, then 2 a round for the rows of "
                    "undecided comparisons (docs/runner.md)"),
     "seeds_per_trial": (1, "seeds packed into one Ray trial (amortises per-trial overhead)"),
