@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    made: list = []  # folders a run created, taken away again if it is refused
     try:
         if any(a in ("-h", "--help", "help") for a in argv):
             names = [a.split("=", 1)[1] for a in argv if a.startswith("study=")]
@@ -274,6 +275,7 @@ def _main(argv: list[str]) -> int:
                       "can only re-check it")
             return 0
 
+        made = Store(options["results_dir"], study.name).new_folders()
         _keep_study_file(study, options["results_dir"])
         if study.spec.adaptive is not None:  # rounds of seeds, as long as comparisons are open
             from ablate.runner.execute.rounds import run_adaptive
@@ -287,6 +289,8 @@ def _main(argv: list[str]) -> int:
                                 progress=options["progress"], display=display)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
+        if made:  # a refused first run leaves no study folder behind
+            Store(options["results_dir"], study.name).discard_new(made)
         return 2
     except KeyboardInterrupt as e:
         print(RESUME, flush=True)

@@ -295,6 +295,29 @@ def test_offline_names_the_url_and_the_folder_before_ray(cache, capsys, tmp_path
         assert f"{dead}/train-images-idx3-ubyte.gz" in err[0]
         assert str(cache / "data" / "MNIST" / "raw") in err[0] and "by hand" in err[0]
     assert not _ray_running() and _files_under(cache) == []
+    assert not (tmp_path / "r").exists()  # a refused first run leaves no study folder
+
+
+def test_a_refused_run_leaves_an_existing_store_as_it_was(cache, capsys, tmp_path, monkeypatch):
+    """Offline, a rerun of a study that has results, or a search study's first run into a
+    results folder of the user's, removes nothing it did not make."""
+    dead = f"http://127.0.0.1:{_closed_port()}/mirror"
+    kept = tmp_path / "r" / "mnist"
+    (kept / "trials").mkdir(parents=True)
+    (kept / "trials" / "abc.parquet").write_bytes(b"not ours to judge")
+    (kept / "plan.json").write_text("{}")
+    before = _files_under(tmp_path / "r")
+    code, err = _cli(capsys, ["study=mnist", f"data.url={dead}", f"results_dir={tmp_path / 'r'}"])
+    assert code == 2 and len(err) == 1, err
+    assert set(_files_under(tmp_path / "r")) >= set(before)
+    assert (kept / "trials" / "abc.parquet").read_bytes() == b"not ours to judge"
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("ABLATE_TU_URL", dead)
+    code, err = _cli(capsys, ["study=tu_search", "arms=proteins_weak", f"results_dir={mine}"])
+    assert code == 2 and len(err) == 1 and "cannot download" in err[0], err
+    assert mine.is_dir() and list(mine.iterdir()) == []  # its own folder stays, emptied
 
 
 def test_a_dry_run_says_what_a_run_would_download(cache, capsys, server, tmp_path):

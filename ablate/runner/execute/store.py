@@ -44,6 +44,8 @@ _TMP = re.compile(r"^\..+\.tmp$")
 
 
 PLAN = "plan.json"  # trial ids planned by the latest run of the study
+# what a run writes before its first trial: a refused first run takes these away again
+_BOOKKEEPING = re.compile(r"^(study-[0-9a-f]{12}\.yaml|\.lock|plan\.json)$")
 
 
 class StoreError(ConfigError):
@@ -266,6 +268,40 @@ class Store:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def new_folders(self) -> list[Path]:
+        """The study folder and those above it that do not exist yet, deepest first: what a
+        first run will create (`discard_new` takes them away if the run is refused)."""
+        return [d for d in (self.dir, *self.dir.parents) if not d.exists()]
+
+    def discard_new(self, made: list[Path]) -> bool:
+        """Undo a refused first run (bad data path, no network): remove the folders in `made`
+        (`new_folders`, taken before the run) while the study folder holds only the run's own
+        bookkeeping (its study file, lock and plan) and empty result folders. A folder that
+        existed before, or holds anything else, or is locked by another run, is left as is.
+        Returns whether the study folder was removed."""
+        if self.dir not in made or not self.dir.is_dir():
+            return False
+        entries = list(self.dir.iterdir())
+        for p in entries:
+            empty_dir = p.name in (TRIALS, CURVES) and p.is_dir() and not any(p.iterdir())
+            if not (empty_dir or (p.is_file() and _BOOKKEEPING.match(p.name))):
+                return False
+        try:
+            self.lock()
+        except StoreError:
+            return False
+        try:
+            for p in entries:
+                p.rmdir() if p.is_dir() else p.unlink(missing_ok=True)
+        finally:
+            self.unlock()
+        for d in made:  # deepest first; stops at the first one something else now holds
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        return not self.dir.exists()
 
 
 def write_error(e: OSError, where: Path) -> str:

@@ -67,6 +67,7 @@ def main(name: str, argv: list[str]) -> int:
         print(describe(spec))
         return 0
     store = Store(spec.results_dir, spec.name)
+    made = store.new_folders()  # taken away again if this first run is refused
     store.lock()
     started = False
     try:
@@ -92,6 +93,10 @@ def main(name: str, argv: list[str]) -> int:
             print(f"final evaluation failed for {', '.join(failed)} (stored as failed rows; "
                   "rerun the same command to run them again)", flush=True)
             return 1
+    except ConfigError:
+        store.unlock()
+        store.discard_new(made)  # only while it holds no result
+        raise
     finally:
         store.unlock()
         if started:
