@@ -319,6 +319,11 @@ def load_store(results_dir: str | Path, studies: list[str] | None = None,
     found = find_studies(results_dir)
     if studies:
         unknown = [s for s in studies if s not in found]
+        started = [s for s in unknown if (Path(results_dir) / s).is_dir()]
+        if started:  # its folder is there (a run began, or was refused), no trial finished yet
+            raise StoreError(f"study {', '.join(started)} has no finished trial in {results_dir} "
+                             f"yet (python -m ablate.run study={started[0]} runs it); "
+                             f"studies with results: {', '.join(found) or 'none'}")
         if unknown:
             raise StoreError(f"unknown study {', '.join(unknown)} in {results_dir}; "
                              f"available: {', '.join(found)}")

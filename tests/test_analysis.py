@@ -369,6 +369,12 @@ def test_loader_unifies_schemas_and_keeps_latest_attempt(tmp_path):
     assert df.loc["c", "accuracy"] == 0.2 and len(df) == 3
     with pytest.raises(StoreError, match="unknown study"):
         load_store(tmp_path, ["x"])
+    (tmp_path / "started").mkdir()  # a run began (its plan written), no trial finished yet
+    (tmp_path / "started" / "plan.json").write_text('{"trial_ids": ["a"]}')
+    with pytest.raises(StoreError) as e:
+        load_store(tmp_path, ["started"])
+    assert str(e.value).startswith("study started has no finished trial in ")
+    assert "study=started" in str(e.value) and "studies with results: s" in str(e.value)
 
 
 def test_module_entry_point(store, tmp_path):
