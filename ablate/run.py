@@ -264,10 +264,11 @@ def _main(argv: list[str]) -> int:
             if not cluster_address(options["ray_address"]):  # as a run on an embedded Ray
                 check_trial_files(study.trials)
 
-            memory = memory_plan(study, embedded=RayMode.of(options["ray_address"]).embedded)
+            embedded = RayMode.of(options["ray_address"]).embedded
+            memory_plan(study, embedded=embedded)  # a trial this machine cannot hold: exit 2 now
             writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2
             print(dry_run(study, options))
-            print(memory)
+            print(memory_plan(study, embedded=embedded))  # estimate=calibrate prepared the data
             for note in notes:
                 print(f"note: {note}")
             if not writable:

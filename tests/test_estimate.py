@@ -3,6 +3,8 @@ or none; then the wall time on this machine's trial slots."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -60,6 +62,9 @@ def test_calibration_prices_every_trial(study_file, tmp_path, capsys):
     assert "from 0% records, 100% calibration, 0% none" in out
     assert "calibration took" in out and " calibration\n" in out
     assert not (tmp_path / "r").exists()  # a dry run writes nothing to the store
+    # the calibration prepared the data: the memory line says what a trial needs
+    assert re.search(r"^memory per trial: \d+\.\d GB", out, re.M), out[-600:]
+    assert "not known until" not in out
 
 
 def test_a_shape_that_cannot_be_calibrated_has_no_estimate(study_file, tmp_path, monkeypatch):
