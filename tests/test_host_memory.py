@@ -1,7 +1,7 @@
 """Host memory at full size: a worker Ray kills for memory is an ordinary failed trial.
 
 The kill is real: `_oom_study.py` runs in a process of its own with an embedded Ray whose
-memory monitor threshold sits 1.5 GB above the machine's current use, and one trial
+memory monitor threshold sits 3 GB above the machine's current use, and one trial
 allocates until the monitor kills its worker.
 """
 
