@@ -437,7 +437,9 @@ def test_cuda_oom_during_capture_splits_the_pack(monkeypatch):
     assert [o[0][0]["seed"] for o in out] == [0, 1, 2, 3]
 
 
-SYNC_FAMILIES = [*PACKS, dict(supervision="weak")]  # PACKS holds gt
+# PACKS holds gt; the families the default suite runs first, the rest under -m slow (CI runs both)
+SYNC_FAMILIES = [*PACKS[:2], *(pytest.param(kw, marks=pytest.mark.slow) for kw in PACKS[2:]),
+                 dict(supervision="weak")]
 
 
 @contextlib.contextmanager
@@ -494,8 +496,10 @@ def test_a_packed_epoch_syncs_with_the_host_a_constant_number_of_times(kw):
 
 
 @pytest.mark.parametrize("kw", [dict(supervision="weak"), dict(pool_layers=()),
-                                dict(supervision="sup", dropout=0.5),
-                                dict(dataset="triangles", data_params=TRI, supervision="sup")])
+                                pytest.param(dict(supervision="sup", dropout=0.5),
+                                             marks=pytest.mark.slow),
+                                pytest.param(dict(dataset="triangles", data_params=TRI,
+                                                  supervision="sup"), marks=pytest.mark.slow)])
 def test_a_whole_pack_syncs_with_the_host_independently_of_its_members(kw):
     """A whole trial of a pack (weak: model B, the leave-one-out targets of all members, then
     model A; global pool: its final leave-one-out evaluation; every split's evaluation and the

@@ -177,6 +177,7 @@ def test_the_cli_catches_sigterm_like_ctrl_c(tmp_path, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------- what Ray leaves
+@pytest.mark.slow  # two embedded Rays; CI runs -m slow too
 def test_a_killed_drivers_ray_is_stopped_and_its_session_removed_by_the_next_run(tmp_path):
     proc = _cli(["study=smoke", f"results_dir={tmp_path}", "progress=none", "epochs=50"])
     deadline = time.time() + 120

@@ -227,7 +227,8 @@ print(pool.start_method(), len(out))
 """
 
 
-@pytest.mark.parametrize("how", ["script", "stdin", "dash_c"])
+@pytest.mark.parametrize("how", ["script", pytest.param("stdin", marks=pytest.mark.slow),
+                                 pytest.param("dash_c", marks=pytest.mark.slow)])
 def test_superpixels_from_user_code_without_a_main_guard(tmp_path, how):
     """Issue 42: a user's script without a main guard, code piped to `python -`, and a
     notebook-style `python -c`, each with another thread alive, finish (loky never re-imports

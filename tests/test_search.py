@@ -348,6 +348,7 @@ def test_optuna_db_appears_only_when_complete(tmp_path):
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE
 
 
+@pytest.mark.slow  # a Ray cluster of two nodes; CI runs -m slow too
 def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory(
         tmp_path, monkeypatch, local_cluster):
     """Search trials travel as grid trials do: a head without CPUs, a second node whose dataset
