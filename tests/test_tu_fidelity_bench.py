@@ -76,3 +76,24 @@ def test_a_rerun_skips_only_runs_of_the_published_timing(tmp_path):
         {"row": "proteins_weak", "side": "ours", "seed": 1, "lr_timing": "published"},
         {"row": "proteins_weak", "side": "authors", "seed": 1, "lr_timing": "early"}]) + "\n")
     assert bench.done_runs(out) == {("proteins_weak", "ours", 1)}
+
+
+def test_a_rerun_of_a_seed_counts_once_with_its_last_record():
+    """Issue 53: a (side, row, seed, timing) recorded twice (a rerun, e.g. with other flags)
+    is one seed in the table, the newest record's."""
+    rows = [{"row": "collab_weak", "side": "ours", "seed": s, "test_acc": a, "lr_timing": "published",
+             "same_split": True} for s, a in ((0, 60.0), (1, 61.0), (0, 62.0))]
+    got, _ = bench.comparable(rows)
+    assert sorted((r["seed"], r["test_acc"]) for r in got) == [(0, 62.0), (1, 61.0)]
+
+
+def test_collab_weak_gets_their_readme_command(fake, tmp_path):
+    """COLLAB's weak row: attention after the last layer (`skip_skip_skip`), p at the framework
+    init (`--scale None`), ChebyNet K = 3, and `np.int` restored for their degree features."""
+    got = bench.run_authors("collab_weak", 1, fake, tmp_path, tmp_path, 50, tmp_path)
+    log = Path(got["log"]).read_text()
+    assert "--pool attn_sup_threshold_skip_skip_skip_0.001 " in log and "--scale None" in log
+    assert "-K 3 --aggregation mean --n_hidden 0" in log and "--init" not in log
+    assert "numpy.int = int" in (tmp_path / "numpy_alias" / "sitecustomize.py").read_text()
+    proteins = Path(bench.run_authors("proteins_weak", 1, fake, tmp_path, tmp_path, 50, tmp_path)["log"])
+    assert "--pool attn_sup_threshold_skip_skip_0.001 " in proteins.read_text()
