@@ -8,8 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # floor of each part of the package, bottom first; a module may import its own floor or below
-FLOORS = [("ablate.errors", "ablate.atomic", "ablate.compat"), ("ablate.data",), ("ablate.models",),
-          ("ablate.config",), ("ablate.trial",), ("ablate.runner",), ("ablate.run", "ablate.train")]
+FLOORS = [("ablate.errors", "ablate.atomic", "ablate.compat", "ablate.user_code"), ("ablate.data",),
+          ("ablate.models",), ("ablate.config",), ("ablate.trial",), ("ablate.runner",),
+          ("ablate.run", "ablate.train")]
 
 
 def _floor(module: str) -> int:

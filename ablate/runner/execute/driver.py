@@ -66,7 +66,8 @@ from ablate.runner.plan.resources import (
     trials_memory,
 )
 from ablate.runner.study.expand import Study, Trial
-from ablate.runner.study.kinds import TRIAL_KINDS
+from ablate.runner.study.kinds import kind_path
+from ablate.user_code import import_paths
 
 if TYPE_CHECKING:
     from ablate.runner.execute.store import Store
@@ -363,9 +364,9 @@ def _pack_resources(config: dict):
 
 def _payload(pack: Pack, spec, cache: str | None) -> dict:
     t = pack.trials[0]  # the trials of a pack share kind and dataset recipe
-    return {"trial_id": pack.pack_id, "kind": t.kind, "kind_path": TRIAL_KINDS[t.kind],
+    return {"trial_id": pack.pack_id, "kind": t.kind, "kind_path": kind_path(t.kind),
             "members": [{"trial_id": m.trial_id, "config": pickle.dumps(m.config)}
                         for m in pack.trials],
             "dataset": t.dataset, "data_params": t.data_params, "data_hash": t.data_hash,
             "cpus": spec.cpus_per_trial, "max_failures": spec.max_failures, "cache_dir": cache,
-            "epoch_report_s": epoch_report_s()}
+            "epoch_report_s": epoch_report_s(), "import_paths": import_paths()}
