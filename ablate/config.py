@@ -17,11 +17,16 @@ from dataclasses import dataclass, field
 
 from ablate.data import EARLIER_MNIST, EARLIER_TU_SPLIT
 from ablate.errors import ConfigError, choice_error
+from ablate.models.backbones import DENSE_LAYERS, MLP_LAYERS, check_layer, is_dense
 from ablate.models.normalizers import NORMALIZERS
+from ablate.user_code import is_object_path
 
 # chebygin_ref: ChebyGIN as the dataset's reference script runs it (COLORS, MNIST-75SP: mean
 # aggregation, no hidden MLP; TRIANGLES: sum, hidden 64), the recipe behind the papers' rows
-BACKBONES = ("gcn", "gin", "chebynet", "chebygin", "chebygin_ref")
+PAPER_BACKBONES = ("gcn", "gin", "chebynet", "chebygin", "chebygin_ref")
+# beyond the paper: PyG's dense layers by name (ablate.models.backbones), and any user's dense
+# layer of the (x, adj, mask) form by 'package.module:Class' (not listed: any such path)
+BACKBONES = (*PAPER_BACKBONES, *DENSE_LAYERS)
 AGGREGATIONS = ("mean", "sum")
 READOUTS = ("sum", "mean", "max")
 SCORERS = ("fc", "fc_hidden", "gnn")
@@ -76,9 +81,13 @@ class TrialConfig:
     """Every axis of one trial. `None` = the reference recipe for this dataset/backbone."""
 
     study: str = _doc("adhoc", "study name (result store folder)")
-    dataset: str = _doc("colors", "colors, triangles, mnist_sp, digits_sp, proteins, dd, collab")
+    dataset: str = _doc("colors", """colors, triangles, mnist_sp, digits_sp, proteins, dd, collab; any TU
+        set as tu:NAME (e.g. tu:NCI1); pyg: your own PyG dataset (data.target=module:Class)""")
     data_params: tuple = _doc((), "dataset recipe overrides (sizes, seeds, path): a dict or sorted pairs")
-    backbone: str = _doc("chebygin", "gcn, gin, chebynet, chebygin (SPEC §2 layer family), chebygin_ref")
+    backbone: str = _doc("chebygin", """gcn, gin, chebynet, chebygin (SPEC §2 layer family), chebygin_ref;
+        PyG's dense layers dense_gcn, dense_gin, dense_graph, dense_sage, dense_gat; or your own
+        dense layer as package.module:Class (built as Class(in_channels, out_channels), forward(x,
+        adj, mask))""")
     K: int | None = _doc(None, "Chebyshev scales; 1 for gcn/gin")
     aggregation: str | None = _doc(None, "mean or sum (derived from the backbone)")
     hidden: int | None = _doc(None, "hidden width of the per-layer MLP; 0 = single Linear+ReLU")
@@ -172,18 +181,27 @@ _RECIPE_ALIAS = {"digits_sp": "mnist_sp", "proteins": "tu", "dd": "tu", "collab"
 
 
 def recipe(dataset: str) -> dict:
-    """The reference training recipe of SPEC §3 for `dataset`."""
+    """The reference training recipe of SPEC §3 for `dataset` (any TU set by name and a user's
+    PyG dataset take the TU recipe)."""
+    if is_open_dataset(dataset):
+        return _RECIPES["tu"]
     return _RECIPES[_RECIPE_ALIAS.get(dataset, dataset)]
+
+
+def is_open_dataset(dataset: str) -> bool:
+    """`tu:NAME` or `pyg`: a data set beyond the built-ins (the TU recipe, no ground truth)."""
+    return isinstance(dataset, str) and (dataset.startswith("tu:") or dataset == "pyg")
 
 
 def resolve(cfg: TrialConfig) -> TrialConfig:
     """Fill every `None` field from the dataset/backbone recipe (SPEC §2-3)."""
     validate_choices(cfg)
     r = recipe(cfg.dataset)
-    gin_like = cfg.backbone in ("gin", "chebygin")
+    gin_like = cfg.backbone in ("gin", "chebygin", *MLP_LAYERS)
     cheby = cfg.backbone in ("chebynet", "chebygin", "chebygin_ref")
     K = cfg.K if cfg.K is not None else (r["K"] if cheby else 1)
-    if cfg.dataset in ("collab", "dd") and cfg.K is None and cheby:
+    if (cfg.dataset in ("collab", "dd") or is_open_dataset(cfg.dataset)) and cfg.K is None \
+            and cheby:
         K = 3  # the authors' COLLAB and D&D commands: ChebyNet, -K 3 (scripts/jobs.txt)
     if cfg.backbone == "chebygin_ref":  # the dataset's reference script (SPEC §3 notes)
         agg = cfg.aggregation or r["chebygin_ref"]["aggregation"]
@@ -259,6 +277,13 @@ def validate_choices(cfg: TrialConfig) -> None:
     """Reject categorical values outside their valid sets."""
     for name, choices in axis_choices().items():
         value = getattr(cfg, name)
+        if name == "dataset":  # the built-ins, tu:NAME and pyg (ablate.data.check_dataset)
+            from ablate.data import check_dataset
+
+            check_dataset(value)
+            continue
+        if name == "backbone" and is_object_path(value):
+            continue  # a user's dense layer: `validate` builds and runs it once
         if value not in choices and not (value is None and name in NULLABLE_CHOICES):
             raise choice_error(name, value, choices)
 
@@ -273,9 +298,10 @@ def validate(cfg: TrialConfig) -> None:
         raise ConfigError(f"ratio must be in (0, 1], got {cfg.ratio}")
     if cfg.K < 1:
         raise ConfigError(f"K must be >= 1, got {cfg.K}")
-    if cfg.backbone in ("gcn", "gin") and cfg.K != 1:
+    if (cfg.backbone in ("gcn", "gin") or is_dense(cfg.backbone)) and cfg.K != 1:
         raise ConfigError(f"backbone {cfg.backbone} has K = 1, got K={cfg.K}; "
                           "use chebynet or chebygin for K > 1")
+    _check_dense(cfg)
     if n_layers < 1 or any(f < 1 for f in cfg.filters):
         raise ConfigError(f"filters must be positive layer widths, got {cfg.filters}")
     bad = [p for p in cfg.pool_layers if not 0 <= p <= n_layers]
@@ -287,12 +313,29 @@ def validate(cfg: TrialConfig) -> None:
         raise ConfigError("scorer_input=prev needs pooling after a layer (pool_layers >= 1)")
     if cfg.supervision != "unsup" and not cfg.pool_layers:
         raise ConfigError(f"supervision={cfg.supervision} needs attention: set pool_layers")
+    if cfg.supervision in ("sup", "gt") and (cfg.dataset in TU_DATASETS
+                                              or cfg.dataset.startswith("tu:")):
+        raise ConfigError(f"supervision={cfg.supervision} needs ground-truth attention, which "
+                          f"dataset {cfg.dataset} does not have; use weak (leave-one-out "
+                          "targets) or unsup")
     if cfg.step == "replay" and cfg.selection == "gao":
         raise ConfigError("step=replay needs fixed shapes, but selection=gao (Gao & Ji top-k, "
                           "PyG TopKPooling) has data-dependent shapes; use step=auto or eager")
     _check_ranges(cfg)
     if not cfg.seeds:
         raise ConfigError("seeds must name at least one seed")
+
+
+def _check_dense(cfg: TrialConfig) -> None:
+    """A dense backbone: `hidden` only where the layer has an MLP; a user's layer imports,
+    builds and runs once on a tiny batch (`ablate.models.backbones.check_layer`)."""
+    if not is_dense(cfg.backbone):
+        return
+    if cfg.hidden and cfg.backbone not in MLP_LAYERS:
+        raise ConfigError(f"hidden={cfg.hidden} applies to the paper's layers and to "
+                          f"{', '.join(MLP_LAYERS)}; backbone {cfg.backbone} has no MLP (hidden=0)")
+    if is_object_path(cfg.backbone):
+        check_layer(cfg.backbone)
 
 
 # field -> (test, what is valid): every numeric axis is checked before anything runs
@@ -341,6 +384,12 @@ def inapplicable(cfg: TrialConfig) -> set[str]:
         out |= {"normalizer", "scorer", "scorer_input"}
     if not cfg.pool_layers or cfg.selection == "gao" or cfg.scorer != "gnn":
         out.add("scorer_relu")
+    if is_dense(cfg.backbone):  # K is 1; aggregation is the gnn scorer's only
+        out.add("K")
+        if "scorer_relu" in out:
+            out.add("aggregation")
+        if cfg.backbone not in MLP_LAYERS:
+            out.add("hidden")
     return out
 
 

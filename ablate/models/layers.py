@@ -28,6 +28,7 @@ class Graph:
         self.mask = mask
         self.maskf = mask.to(A.dtype)  # (B, N) float copy of the mask, made once
         self._ops: dict[tuple[int, bool], Tensor] = {}
+        self._adj: Tensor | None = None
 
     def with_mask(self, mask: Tensor) -> Graph:
         """The induced subgraph on the nodes of `mask` (same storage, new operators).
@@ -36,7 +37,17 @@ class Graph:
         cached operators are released: an evaluation never holds the operators of both (a
         later `operator` call makes them again; in training autograd keeps what it needs)."""
         self._ops.clear()
+        self._adj = None
         return Graph(self.A, mask)
+
+    def adjacency(self) -> Tensor:
+        """The induced subgraph's adjacency A * m m^T (B, N, N), made once: what a dense
+        layer of the (x, adj, mask) form (`ablate.models.backbones`) reads, so a pooled-out
+        node's edges leave it too."""
+        if self._adj is None:
+            with torch.no_grad():  # depends on the graph only, never on parameters
+                self._adj = self.A * (self.maskf.unsqueeze(2) * self.maskf.unsqueeze(1))
+        return self._adj
 
     def operator(self, K: int, sum_aggregation: bool) -> Tensor:
         """Stacked propagation matrices P (B, N, N*K) of the layer family, cached per (K, sum)."""

@@ -1,7 +1,8 @@
 """GraphNet: stacked layers of the family with attention pooling placed before any layer.
 
 Follows the networks of Knyazev et al. (2019) and their public code (SPEC §2):
-graph layers, pooling blocks before chosen layers (index = number of layers
+graph layers (the paper's family, or a dense layer of PyG's or the user's:
+`ablate.models.backbones`), pooling blocks before chosen layers (index = number of layers
 means after the last), a readout over the surviving nodes (sum, mean or max)
 and a linear head (1 output for counting regression, else one per class).
 `forward` reads top to bottom; it returns the prediction and what every
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from ablate.models.backbones import DenseLayer, is_dense
 from ablate.models.dropout import CounterDropout
 from ablate.models.layers import Graph, GraphLayer
 from ablate.models.pooling import AttentionPool, GaoTopKPool, PoolResult
@@ -53,8 +55,10 @@ class GraphNet(nn.Module):
         super().__init__()
         self.cfg = cfg
         widths = [in_channels, *cfg.filters]
-        self.layers = nn.ModuleList(
-            GraphLayer(widths[i], widths[i + 1], cfg.K, cfg.aggregation, cfg.hidden)
+        self.layers = nn.ModuleList(  # the paper's family, or a dense layer (x, adj, mask)
+            DenseLayer(cfg.backbone, widths[i], widths[i + 1], cfg.hidden)
+            if is_dense(cfg.backbone)
+            else GraphLayer(widths[i], widths[i + 1], cfg.K, cfg.aggregation, cfg.hidden)
             for i in range(len(cfg.filters)))
         self.pools = nn.ModuleDict()
         for layer in cfg.pool_layers:
