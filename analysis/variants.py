@@ -83,13 +83,17 @@ class RowAxes:
 DATA_PREFIX = "data."  # a dataset recipe parameter as an axis of its own ("data.max_train_nodes")
 # recipe parameters that never define a row: where the data live, and a split seeded per run
 _DATA_LOCATION = ("path", "url")
+# recipe parameters that are replicates, not rows: the test fold of k-fold cross-validation
+# (`data.protocol: cv`; Errica et al. 2020 report mean and std over folds and runs)
+_REPLICATES = ("fold",)
 
 
 def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
     """`df` with one `data.KEY` column per dataset recipe parameter (from `data_params`), so a
     row is named by the parameter that differs ('data.max_train_nodes=300'), not by the whole
-    recipe. Left out: where the data live (path, url) and `split_seed` where it is each run's
-    own seed (`data.split_seed: seed`), which, like the seed, is pooled over."""
+    recipe. Left out: where the data live (path, url), `split_seed` where it is each run's
+    own seed (`data.split_seed: seed`) and a cross-validation `fold`, which, like the seed,
+    are pooled over."""
     if "data_params" not in df.columns or df.empty:
         return df
     codes, uniques = pd.factorize(df["data_params"].astype(str))
@@ -107,6 +111,8 @@ def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
         if key == "split_seed" and "seed" in df.columns and all(
                 str(v) == str(s) for v, s in zip(col, df["seed"].tolist())):
             continue  # a split per run: pooled like the seed
+        if key in _REPLICATES:
+            continue  # a cross-validation fold: pooled like the seed (mean over folds x seeds)
         df[DATA_PREFIX + key] = col
     return df
 

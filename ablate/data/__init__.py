@@ -26,10 +26,11 @@ if TYPE_CHECKING:  # PyG costs ~3 s to import: only where Data objects are made
 from ablate.data import download
 from ablate.data.cache import StaleCache, cache_path, load_splits, recipe_hash, save_splits
 from ablate.data.graphs import GraphSet
-from ablate.errors import ConfigError, choice_error
+from ablate.data.tu_names import is_tu, tu_name
+from ablate.errors import ConfigError, choice_error, did_you_mean
 
-__all__ = ["DATASETS", "GraphSet", "load_dataset", "load_graphsets", "resolve_params",
-           "dataset_params", "dataset_recipe_hash"]
+__all__ = ["DATASETS", "OPEN_DATASETS", "GraphSet", "load_dataset", "load_graphsets",
+           "resolve_params", "dataset_params", "dataset_recipe_hash", "is_dataset", "check_dataset"]
 
 
 def _registry() -> dict[str, Callable[..., dict[str, GraphSet]]]:
@@ -47,19 +48,57 @@ def _registry() -> dict[str, Callable[..., dict[str, GraphSet]]]:
 
 
 DATASETS = ("colors", "triangles", "mnist_sp", "digits_sp", "proteins", "dd", "collab")
+# open names beside the built-ins: any TU set (`tu:NAME`, ablate.data.tu_named) and a user's
+# own PyG dataset class (`pyg`, named by data.target=module:attr, ablate.data.pyg_user)
+PYG = "pyg"
+OPEN_DATASETS = ("tu:NAME", PYG)
+
+
+def is_dataset(name: object) -> bool:
+    """Whether `name` is a dataset this package can make: a built-in, `tu:NAME` or `pyg`."""
+    return isinstance(name, str) and (name in DATASETS or name == PYG or is_tu(name))
+
+
+def check_dataset(name: object) -> None:
+    """`name` is a dataset, or one ConfigError line naming the valid ones (and the TU set
+    `NCI1` means when it is one: 'tu:NCI1')."""
+    if is_tu(name):
+        tu_name(name)
+        return
+    if is_dataset(name):
+        return
+    from ablate.data.tu_names import TU_NAMES
+
+    hint = did_you_mean(name, TU_NAMES, "tu:") if isinstance(name, str) else ""
+    if hint:
+        raise ConfigError(f"unknown dataset {name!r}; valid choices: "
+                          f"{', '.join(DATASETS + OPEN_DATASETS)}{hint}")
+    raise choice_error("dataset", name, DATASETS + OPEN_DATASETS)
+
+
+def _generator(name: str) -> Callable[..., dict[str, GraphSet]]:
+    """The function that makes dataset `name` (its keywords are the recipe's parameters)."""
+    check_dataset(name)
+    if is_tu(name):
+        from ablate.data import tu_named
+
+        return functools.partial(tu_named.tu_named, tu_name(name))
+    if name == PYG:
+        from ablate.data import pyg_user
+
+        return pyg_user.pyg_dataset
+    return _registry()[name]
 
 
 def dataset_params(name: str) -> set[str]:
     """Names of the recipe parameters dataset `name` takes (its generator's keywords)."""
-    if name not in DATASETS:
-        raise choice_error("dataset", name, DATASETS)
+    check_dataset(name)
     return set(_defaults(name))
 
 
 def resolve_params(name: str, params: dict | None = None) -> dict:
     """The generator's defaults updated with `params`; unknown names raise `ConfigError`."""
-    if name not in DATASETS:
-        raise choice_error("dataset", name, DATASETS)
+    check_dataset(name)
     defaults = _defaults(name)
     params = dict(params or {})
     unknown = sorted(set(params) - set(defaults))
@@ -79,6 +118,16 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
         from ablate.data import tu
 
         tu.check_split(resolved["split"])
+    if is_tu(name):
+        from ablate.data.folds import check_protocol
+        from ablate.data.tu_names import check_tu_name
+
+        check_tu_name(tu_name(name), resolved["path"])
+        check_protocol(resolved["protocol"], resolved["folds"], resolved["fold"])
+    if name == PYG:
+        from ablate.data import pyg_user
+
+        pyg_user.check_params(resolved)
     if resolved.get("url") is not None:
         resolved["url"] = download.check_url(resolved["url"])
     return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
@@ -118,7 +167,7 @@ def check_sizes(name: str, resolved: dict, defaults: dict) -> None:
 
 def _defaults(name: str) -> dict:
     """The generator's keyword defaults, plus `url` (a mirror's base URL) for downloaded data."""
-    sig = inspect.signature(_registry()[name])
+    sig = inspect.signature(_generator(name))
     out = {k: p.default for k, p in sig.parameters.items()
            if p.default is not inspect.Parameter.empty and k != "progress"}
     if download.downloadable(name):
@@ -217,10 +266,13 @@ def source_digest(name: str) -> str:
     """Digest of the sources that make dataset `name` (its generator module, `graphs.py`, the
     superpixel pipeline for MNIST): a changed source is a new recipe unless `SAME_DATA`
     maps it to the digest whose data it reproduces."""
-    module = sys.modules[_registry()[name].__module__]
+    gen = _generator(name)
+    module = sys.modules[getattr(gen, "func", gen).__module__]
     files = [Path(module.__file__), Path(__file__).with_name("graphs.py")]
     if name in ("mnist_sp", "digits_sp"):  # the superpixels, SLIC's rules and the edge kernel
         files += [Path(__file__).with_name(f) for f in ("superpixels.py", "kernel.py", "slic.py")]
+    if is_tu(name) or name == PYG:  # the TU reader, the split protocols
+        files += [Path(__file__).with_name(f) for f in ("tu.py", "folds.py")]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
 
 
@@ -245,8 +297,13 @@ def load_graphsets(name: str, progress: bool = False, **params) -> dict[str, Gra
     if download.downloadable(name):  # raw files fetched and checked on first use
         kwargs["path"] = str(download.ensure_files(name, resolved.get("path"), resolved.get("url"),
                                                    progress))
-    splits = _registry()[name](progress=progress, **kwargs)
-    save_splits(path, splits, {"name": name, "params": resolved})
+    splits = _generator(name)(progress=progress, **kwargs)
+    meta = {"name": name, "params": resolved}
+    if is_tu(name):  # the zip the files came from, as fetched (None: files put by hand)
+        from ablate.data.tu import find_tu_folder
+
+        meta["source"] = download.source_record(find_tu_folder(tu_name(name), kwargs["path"]))
+    save_splits(path, splits, meta)
     del splits  # the file's memory-mapped arrays replace the generator's copies
     return load_splits(path)
 

@@ -92,9 +92,18 @@ SOURCES: dict[str, Source] = {
 }
 
 
+def source(name: str) -> Source:
+    """Where dataset `name`'s raw files come from: a built-in's, or the TU site's NAME.zip for
+    `tu:NAME` (`ablate.data.tu_named`)."""
+    if name.startswith("tu:"):
+        label = name[3:]
+        return Source(label, "ABLATE_TU_URL", _TU_URL, (f"{label}.zip",))
+    return SOURCES[name]
+
+
 def downloadable(name: str) -> bool:
     """Whether dataset `name` reads raw files that `ensure_files` can fetch."""
-    return name in SOURCES
+    return name in SOURCES or name.startswith("tu:")
 
 
 def check_url(url: str, what: str = "data.url") -> str:
@@ -112,7 +121,7 @@ def check_url(url: str, what: str = "data.url") -> str:
 def base_url(name: str, url: str | None = None) -> str:
     """The base URL for dataset `name`: `url` (data.url), else its environment variable, else
     the default."""
-    src = SOURCES[name]
+    src = source(name)
     if url is not None:
         return check_url(url)
     env = os.environ.get(src.env)
@@ -133,7 +142,7 @@ def _located(name: str, path: str | None) -> tuple[Source, Path, bool]:
     present, missing = _inventory(name, folder)
     if missing and present:
         raise _half_filled(name, folder, present, missing)
-    return SOURCES[name], folder, not missing
+    return source(name), folder, not missing
 
 
 def ensure_files(name: str, path: str | None = None, url: str | None = None,
@@ -184,7 +193,7 @@ def fetch(name: str, folder: Path, base: str, progress: bool = False) -> None:
     """Download, check and install dataset `name`'s files into `folder` (see the module doc)."""
     from torch_geometric.data import download_url
 
-    src = SOURCES[name]
+    src = source(name)
     tmp = _temp_folder(src, folder)
     if progress:
         print(f"downloading {src.label} ({_names(src)}) from {base} into {folder}",
@@ -201,8 +210,21 @@ def fetch(name: str, folder: Path, base: str, progress: bool = False) -> None:
             except Exception as e:  # no network, refused, HTTP error, reset mid-transfer
                 raise ConfigError(f"cannot download {url} ({_reason(e)}): no network or no such "
                                   f"file; {_by_hand(src, folder)}") from None
-            verify(tmp / fname, src, folder, url, known)
+            first_use = name.startswith("tu:") and fname not in known
+            if first_use:  # a TU set with no published sum: trusted now, its sum recorded
+                record = {"file": fname, "url": url,
+                          "sha256": file_digest(tmp / fname, "sha256"), "checked": False}
+            else:
+                verify(tmp / fname, src, folder, url, known)
+                algo, digest = known[fname]
+                record = {"file": fname, "url": url, algo: digest, "checked": True}
         _stage(name, tmp, staged)
+        if src is not _MNIST:
+            (staged / src.label / SOURCE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+            if first_use and progress:
+                print(f"{fname}: no published checksum; SHA-256 {record['sha256']} recorded in "
+                      f"{folder / src.label / SOURCE_RECORD} (trusted on first use)",
+                      file=sys.stderr, flush=True)
         _install(name, staged, folder)
     finally:
         socket.setdefaulttimeout(previous)
@@ -226,6 +248,18 @@ def verify(file: Path, src: Source, folder: Path, url: str,
         raise ConfigError(f"{file.name} from {url} failed its {algo} check ({size} bytes{expect}; "
                           f"{algo} {got[:12]}... is not {want[:12]}...: truncated or altered), "
                           f"nothing was kept; {_by_hand(src, folder)}")
+
+
+SOURCE_RECORD = ".ablate-source.json"  # beside a downloaded TU set's files: its zip's sum
+
+
+def source_record(folder: Path) -> dict | None:
+    """What `fetch` recorded of the zip a TU set's files came from (file, url, sha256 or md5,
+    `checked`: whether against a published sum), or None for files put there by hand."""
+    try:
+        return json.loads((folder / SOURCE_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def file_digest(path: Path, algo: str) -> str:
@@ -262,7 +296,7 @@ def _usable_folder(name: str, path: str | None) -> Path:
     otherwise download into a new folder)."""
     folder = data_folder(path)
     if path is not None and not folder.is_dir():
-        src = SOURCES[name]
+        src = source(name)
         raise ConfigError(f"{src.label} directory {str(folder)!r} (data.path) does not exist; create it to "
                           f"download {src.label} there, or leave data.path unset to use "
                           f"{data_folder(None)}")
@@ -273,13 +307,13 @@ def _inventory(name: str, folder: Path) -> tuple[list[str], list[str]]:
     """(present, missing) file names of dataset `name` in the best of its accepted places:
     MNIST in FOLDER, FOLDER/raw or FOLDER/MNIST/raw (plain or .gz, also the dotted spelling);
     TU in FOLDER, FOLDER/NAME or FOLDER/NAME/raw. Nothing missing = complete somewhere."""
-    if SOURCES[name] is _MNIST:
+    if source(name) is _MNIST:
         places = (folder, folder / "raw", folder / "MNIST" / "raw")
         wanted = {f: (f, f + ".gz", f.replace("-idx", ".idx"), f.replace("-idx", ".idx") + ".gz")
                   for f in MNIST_FILES}
         extra: set[str] = set()
     else:
-        label = SOURCES[name].label
+        label = source(name).label
         places = (folder, folder / label, folder / label / "raw")
         wanted = {f"{label}_{r}.txt": (f"{label}_{r}.txt",) for r in TU_REQUIRED}
         extra = {p.name for place in places if place.is_dir() for p in place.glob(f"{label}_*.txt")}
@@ -313,7 +347,7 @@ def _stage(name: str, tmp: Path, staged: Path) -> None:
     MNIST/raw/*.gz, or NAME/NAME_*.txt from the zip."""
     from torch_geometric.data import extract_zip
 
-    src = SOURCES[name]
+    src = source(name)
     if src is _MNIST:
         raw = staged / "MNIST" / "raw"
         raw.mkdir(parents=True)
@@ -397,7 +431,7 @@ def _by_hand(src: Source, folder: Path) -> str:
 
 
 def _half_filled(name: str, folder: Path, present: list[str], missing: list[str]) -> ConfigError:
-    src = SOURCES[name]
+    src = source(name)
     return ConfigError(f"{src.label} folder {str(folder)!r} is half-filled: it has "
                        f"{', '.join(present)} but not {', '.join(missing)}; add the missing "
                        f"file(s) (from {src.default_url}) or move the others away (nothing "
