@@ -30,7 +30,8 @@ from ablate.data.tu_names import is_tu, tu_name
 from ablate.errors import ConfigError, choice_error, did_you_mean
 
 __all__ = ["DATASETS", "OPEN_DATASETS", "GraphSet", "load_dataset", "load_graphsets",
-           "resolve_params", "dataset_params", "dataset_recipe_hash", "is_dataset", "check_dataset"]
+           "resolve_params", "dataset_params", "dataset_recipe_hash", "is_dataset", "is_open",
+           "check_dataset"]
 
 
 def _registry() -> dict[str, Callable[..., dict[str, GraphSet]]]:
@@ -57,6 +58,11 @@ OPEN_DATASETS = ("tu:NAME", PYG)
 def is_dataset(name: object) -> bool:
     """Whether `name` is a dataset this package can make: a built-in, `tu:NAME` or `pyg`."""
     return isinstance(name, str) and (name in DATASETS or name == PYG or is_tu(name))
+
+
+def is_open(name: object) -> bool:
+    """`tu:NAME` or `pyg`: a data set beyond the built-ins (the TU recipe, no ground truth)."""
+    return is_tu(name) or name == PYG
 
 
 def check_dataset(name: object) -> None:

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ablate.config import TU_DATASETS, TrialConfig, is_open_dataset, model_b_config
+from ablate.config import TU_DATASETS, TrialConfig, model_b_config
+from ablate.data import is_open
 from ablate.data.graphs import GraphSet
 from ablate.models.layers import Graph
 from ablate.trial.batches import SIZE_BREAK, DenseBatch, TrainBatches, eval_batches, release_free_heap
@@ -152,7 +153,7 @@ def leave_one_out_attention(model, gs: GraphSet, device: torch.device,
 
 def weak_floor(cfg: TrialConfig) -> float:
     """alpha_WS values below this are zeroed (the reference floors at 1e-3 on TU only)."""
-    return 1e-3 if cfg.dataset in TU_DATASETS or is_open_dataset(cfg.dataset) else 0.0
+    return 1e-3 if cfg.dataset in TU_DATASETS or is_open(cfg.dataset) else 0.0
 
 
 def weak_targets(cfg: TrialConfig, splits: dict[str, GraphSet], train: TrainBatches,
