@@ -337,7 +337,7 @@ def verify(study, options) -> int:
         print(line)
     trials, which = study.trials, ""
     if study.spec.adaptive is not None and not problems:  # the rounds its decisions call for
-        from ablate.runner.plan.adaptive import replay_plan
+        from ablate.runner.plan.adaptive_rounds import replay_plan
 
         trials = replay_plan(study.spec.adaptive, trials, status, options["results_dir"],
                              study.name)

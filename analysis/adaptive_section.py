@@ -28,6 +28,20 @@ WORDS = {"greater": "higher than its baseline", "less": "lower than its baseline
          "absent": "no such split in this recipe's data"}
 
 
+SEQUENCE_WORDS = {
+    "betting": "the hedged-capital betting confidence sequence of Waudby-Smith & Ramdas (JRSS-B "
+               "2024, Theorem 3), exact at every number of seeds for any distribution of the "
+               "differences",
+    "asymptotic": "the asymptotic confidence sequence of Waudby-Smith, Arbour, Sinha, Kennedy & "
+                  "Ramdas (Annals of Statistics 2024), valid approximately and only from "
+                  f"{ASYMPTOTIC_T_MIN} seeds on (it fails on skewed or collapsing seeds: "
+                  "docs/performance.md)",
+    "prpl_eb": "the predictable plug-in empirical-Bernstein sequence of Waudby-Smith & Ramdas "
+               "(JRSS-B 2024), exact at every number of seeds, wide at few",
+}
+SEQUENCE_WORDS["exact"] = SEQUENCE_WORDS["prpl_eb"]  # its name in files before issue 54
+
+
 def read_decisions(study_dir: Path) -> dict | None:
     """The decisions file of a study folder, or None when the study is not adaptive."""
     path = Path(study_dir) / DECISIONS_FILE
@@ -63,11 +77,7 @@ def adaptive_section(ctx: Context) -> Section:
     decided = sum(c["decision"] not in ("open", "absent") for c in comps)
     n_absent = sum(c["decision"] == "absent" for c in comps)
     absent = f" ({n_absent} closed: their split is not in the data)" if n_absent else ""
-    seq = ("the asymptotic confidence sequence of Waudby-Smith, Arbour, Sinha, Kennedy & Ramdas "
-           f"(Annals of Statistics 2024), valid approximately and only from {ASYMPTOTIC_T_MIN} "
-           "seeds on" if opts["sequence"] == "asymptotic" else
-           "the predictable plug-in empirical-Bernstein sequence of Waudby-Smith & Ramdas "
-           "(JRSS-B 2024), exact at every number of seeds, wide at few")
+    seq = SEQUENCE_WORDS.get(opts["sequence"], f"the sequence {opts['sequence']!r}")
     # a file of before these keys says neither: no seed run is claimed saved
     finished, saved = doc.get("finished", False), doc.get("seed_runs_saved", 0)
     later = doc["seed_runs_max"] - doc["seed_runs"] - saved
@@ -115,23 +125,44 @@ def _figure(comps: list[dict], eq: float, out: Path, stem: str):
     rows = -(-n // cols)
     style, context = fs.theme()
     with style, context:
-        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.1 * rows), squeeze=False,
+                                 layout="constrained")
         for ax, c in zip(axes.flat, comps):
-            at = c["at"]
-            if at:
-                ax.fill_between(at, [100 * x for x in c["lo"]], [100 * x for x in c["hi"]],
-                                alpha=0.3, step="post")
-            ax.axhline(0, color="black", lw=0.8)
-            ax.axhspan(-100 * eq, 100 * eq, color="grey", alpha=0.15)
-            ax.set_ylim(-100, 100)
-            ax.set_title(f"{c['row']} vs {c['baseline']}\n{dataset_name(c['dataset'])} "
-                         f"{c['split']}: {c['decision']}", fontsize=8)
-            ax.set_xlabel("seeds")
-            ax.set_ylabel("difference (points)")
+            _panel(ax, c, eq)
         for ax in list(axes.flat)[n:]:
             ax.set_visible(False)
         png, svg = fs.save(fig, out, stem)
     return fs.Figure(stem, "Each comparison's confidence sequence for the mean paired "
-                     "difference against the seeds it had at each look (shaded; grey band: "
-                     "the equivalence margin): decided when the band leaves 0 or fits the margin.",
-                     png, svg)
+                     "difference at each look (a bar per look, shaded between looks; grey band: "
+                     "the equivalence margin; y-range fitted to each panel): decided when the "
+                     "interval leaves 0 or fits inside the margin.", png, svg)
+
+
+def panel_limits(lo: list[float], hi: list[float], eq: float) -> tuple[float, float]:
+    """The y-range of a panel in points: its intervals, 0 and the margin, with 8% air, within
+    [-100, 100] (a fixed -100..100 flattened intervals of a few points into a line)."""
+    vals = [100 * x for x in lo + hi] + [0.0, -100 * eq, 100 * eq]
+    a, b = min(vals), max(vals)
+    pad = 0.08 * max(b - a, 1.0)
+    return max(-100.0, a - pad), min(100.0, b + pad)
+
+
+def _panel(ax, c: dict, eq: float) -> None:
+    """One comparison: an interval per look (one look: a point with its interval)."""
+    at, lo, hi = c["at"], [100 * x for x in c["lo"]], [100 * x for x in c["hi"]]
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axhspan(-100 * eq, 100 * eq, color="grey", alpha=0.2, lw=0)
+    if at:
+        mid = [(a + b) / 2 for a, b in zip(lo, hi)]
+        if len(at) > 1:
+            ax.fill_between(at, lo, hi, alpha=0.2, lw=0)
+        ax.errorbar(at, mid, yerr=[[m - a for m, a in zip(mid, lo)],
+                                   [b - m for m, b in zip(mid, hi)]],
+                    fmt="o", ms=3, capsize=3, lw=1)
+        ax.set_xlim(min(at) - 1.5, max(at) + 1.5)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(*panel_limits(c["lo"], c["hi"], eq))
+    ax.set_title(f"{c['row']} vs {c['baseline']}\n{dataset_name(c['dataset'])} {c['split']}: "
+                 f"{c['decision']}", fontsize=8)
+    ax.set_xlabel("seeds", fontsize=8)
+    ax.set_ylabel("difference (points)", fontsize=8)

@@ -73,35 +73,12 @@ from typing import Literal
 
 import numpy as np
 
+from analysis.paired_input import check_alpha as _check_alpha
+from analysis.paired_input import check_differences as _check_d
+
 Decision = Literal["greater", "less", "equivalent", "open"]
 DEFAULT_C = 0.75  # PrPl-EB truncation of lambda_t (Waudby-Smith & Ramdas suggest 1/2 or 3/4)
 ASYMPTOTIC_T_MIN = 10  # seeds before the asymptotic CS says anything (measured, see above)
-_TOL = 1e-9  # differences this far outside [-1, 1] are rounding and clipped
-
-
-def _check_alpha(alpha: float) -> float:
-    a = float(alpha)
-    if not (0.0 < a < 1.0):  # also rejects NaN
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    return a
-
-
-def _check_d(d: object) -> np.ndarray:
-    """Paired differences as float, 1-D (one sequence) or 2-D (sequences along the last axis)."""
-    a = np.asarray(d, dtype=float)
-    if a.ndim == 0:
-        a = a.reshape(1)
-    if a.ndim > 2:
-        raise ValueError(f"d must be 1-D (one sequence) or 2-D (rows of sequences), got {a.ndim}-D")
-    if a.size == 0 or a.shape[-1] == 0:
-        raise ValueError("d is empty: a confidence sequence needs at least one paired difference")
-    if not np.all(np.isfinite(a)):
-        raise ValueError("d contains NaN or inf: drop the seeds without a paired value first")
-    worst = float(np.abs(a).max())
-    if worst > 1.0 + _TOL:
-        raise ValueError(f"paired differences must lie in [-1, 1] (metrics in [0, 1]), "
-                         f"got |d| = {worst:.6g}")
-    return np.clip(a, -1.0, 1.0)
 
 
 def _running(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +175,8 @@ def asymptotic_cs(d: object, alpha: float = 0.05, t_star: float = 30, *,
     lo, hi = np.clip(mean - half, -1.0, 1.0), np.clip(mean + half, -1.0, 1.0)
     early = t < t_min
     lo[..., early], hi[..., early] = -1.0, 1.0
+    flat = var <= 0.0  # every difference so far equal: no spread to scale by (issue 54)
+    lo[flat], hi[flat] = -1.0, 1.0
     return _running(lo, hi)
 
 
@@ -241,8 +220,8 @@ def per_comparison_alpha(alpha: float, m: int) -> float:
 
 # --- adaptive studies, simulated -------------------------------------------------------------
 
-RULES = ("prpl_eb", "asymptotic", "naive_t")
-_CODE = {"open": 0, "greater": 1, "less": 2, "equivalent": 3}
+RULES = ("betting", "prpl_eb", "asymptotic", "naive_t")
+CODES = {"open": 0, "greater": 1, "less": 2, "equivalent": 3}
 
 
 def looks(start: int, step: int, max_seeds: int) -> np.ndarray:
@@ -256,12 +235,12 @@ def looks(start: int, step: int, max_seeds: int) -> np.ndarray:
     return np.asarray(n)
 
 
-def _codes(lo: np.ndarray, hi: np.ndarray, eq: float) -> np.ndarray:
+def interval_codes(lo: np.ndarray, hi: np.ndarray, eq: float) -> np.ndarray:
     """`decide` on every entry: equivalent first, then greater / less, else open (0)."""
     out = np.zeros(lo.shape, dtype=np.int8)
-    out[hi < 0] = _CODE["less"]
-    out[lo > 0] = _CODE["greater"]
-    out[(lo >= -eq) & (hi <= eq)] = _CODE["equivalent"]
+    out[hi < 0] = CODES["less"]
+    out[lo > 0] = CODES["greater"]
+    out[(lo >= -eq) & (hi <= eq)] = CODES["equivalent"]
     return out
 
 
@@ -277,12 +256,12 @@ def _naive_codes(d: np.ndarray, at: np.ndarray, alpha: float) -> np.ndarray:
             res = sps.ttest_1samp(d[:, :n], 0.0, axis=1)
         sig = np.asarray(res.pvalue) < alpha
         stat = np.asarray(res.statistic)
-        out[sig & (stat > 0), j] = _CODE["greater"]
-        out[sig & (stat < 0), j] = _CODE["less"]
+        out[sig & (stat > 0), j] = CODES["greater"]
+        out[sig & (stat < 0), j] = CODES["less"]
     return out
 
 
-def _first(codes: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def first_decisions(codes: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per study: the decision code at the first look that decided (0 if none) and seeds used."""
     decided = codes != 0
     any_ = decided.any(axis=1)
@@ -291,15 +270,15 @@ def _first(codes: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _summary(code: np.ndarray, seeds: np.ndarray, true_sign: int) -> dict[str, float]:
-    diff = (code == _CODE["greater"]) | (code == _CODE["less"])
-    right = code == (_CODE["greater"] if true_sign > 0 else _CODE["less"]) if true_sign else \
+    diff = (code == CODES["greater"]) | (code == CODES["less"])
+    right = code == (CODES["greater"] if true_sign > 0 else CODES["less"]) if true_sign else \
         np.zeros(code.shape, dtype=bool)
     n = float(code.size)
     return {
         "difference_rate": float(diff.sum() / n),  # any "greater" / "less"
         "false_difference_rate": float((diff & ~right).sum() / n),  # none true, or wrong sign
         "right_sign_rate": float(right.sum() / n),
-        "equivalent_rate": float((code == _CODE["equivalent"]).sum() / n),
+        "equivalent_rate": float((code == CODES["equivalent"]).sum() / n),
         "decided_by_max": float((code != 0).sum() / n),  # decided at or before max seeds
         "open_at_max": float((code == 0).sum() / n),  # "undecided at max"
         "mean_seeds": float(seeds.mean()),
@@ -309,10 +288,12 @@ def _summary(code: np.ndarray, seeds: np.ndarray, true_sign: int) -> dict[str, f
 def adaptive(d: np.ndarray, *, alpha: float = 0.05, start: int = 3, step: int = 2,
              max_seeds: int = 30, equivalence: float = 0.02, t_star: float | None = None,
              t_min: int = ASYMPTOTIC_T_MIN, true_sign: int = 0, c: float = DEFAULT_C,
-             rules: tuple[str, ...] = RULES) -> dict[str, dict[str, float]]:
+             rules: tuple[str, ...] = RULES, bet_c: float | None = None
+             ) -> dict[str, dict[str, float]]:
     """Run the adaptive rule on given paired differences, one study per row of `d`
     (n_studies x >= max_seeds, in seed order): look after start, start + step, ..., max
-    seeds; a comparison stops at its first decision. Per rule ("prpl_eb", "asymptotic",
+    seeds; a comparison stops at its first decision. Per rule ("betting": the hedged-capital
+    sequence of `analysis.betting`, truncation `bet_c`, its default if None; "prpl_eb", "asymptotic",
     "naive_t": a paired t-test after every round, stopping at p < alpha, never
     "equivalent"): the share of studies with a difference, a false difference (none is
     true, `true_sign` = 0, or the sign is wrong), the right sign, "equivalent", decided by
@@ -325,17 +306,22 @@ def adaptive(d: np.ndarray, *, alpha: float = 0.05, start: int = 3, step: int = 
     at = looks(start, step, max_seeds)
     out: dict[str, dict[str, float]] = {}
     for rule in rules:
-        if rule == "prpl_eb":
+        if rule == "betting":
+            from analysis import betting
+
+            codes = betting.decision_codes(a, at, alpha, equivalence,
+                                           betting.BET_C if bet_c is None else bet_c)
+        elif rule == "prpl_eb":
             lo, hi = prpl_eb_cs(a, alpha, c=c)
-            codes = _codes(lo[:, at - 1], hi[:, at - 1], equivalence)
+            codes = interval_codes(lo[:, at - 1], hi[:, at - 1], equivalence)
         elif rule == "asymptotic":
             lo, hi = asymptotic_cs(a, alpha, max_seeds if t_star is None else t_star, t_min=t_min)
-            codes = _codes(lo[:, at - 1], hi[:, at - 1], equivalence)
+            codes = interval_codes(lo[:, at - 1], hi[:, at - 1], equivalence)
         elif rule == "naive_t":
             codes = _naive_codes(a, at, alpha)
         else:
             raise ValueError(f"unknown rule {rule!r}: one of {', '.join(RULES)}")
-        out[rule] = _summary(*_first(codes, at), true_sign)
+        out[rule] = _summary(*first_decisions(codes, at), true_sign)
     return out
 
 

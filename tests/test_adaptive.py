@@ -18,6 +18,7 @@ from ablate.errors import ConfigError
 from ablate.run import main
 from ablate.runner.execute.progress import Summary
 from ablate.runner.plan import adaptive as ad
+from ablate.runner.plan.adaptive_rounds import Rounds
 from ablate.runner.study.expand import build_study
 
 TINY = """\
@@ -53,9 +54,9 @@ def studies(tmp_path, monkeypatch):
 
 def test_defaults_and_rounds():
     a = ad.parse_adaptive("adaptive")
-    assert (a.start, a.step, a.max, a.alpha, a.sequence) == (10, 2, 30, 0.05, "asymptotic")
+    assert (a.start, a.step, a.max, a.alpha, a.sequence) == (10, 2, 40, 0.05, "betting")
     assert a.round_seeds(1) == list(range(10)) and a.round_seeds(2) == [10, 11]
-    assert a.rounds == 11 and a.round_seeds(11) == [28, 29]
+    assert a.rounds == 16 and a.round_seeds(16) == [38, 39]
     b = ad.parse_adaptive({"adaptive": {"start": 3, "step": 2, "max": 8, "split": "test_large"}})
     assert [b.round_seeds(r) for r in range(1, b.rounds + 1)] == [[0, 1, 2], [3, 4], [5, 6], [7]]
     assert b.split == ("test_large",)
@@ -77,6 +78,12 @@ def test_the_rounds_are_the_looks_of_the_simulations(start, step, max_):
     ({"start": 5, "max": 4}, "max (4) must be >= start (5)"), ({"alpha": 1.5}, "alpha must be in (0, 1)"),
     ({"alpha": 0}, "alpha must be in (0, 1)"), ({"metric": "loss"}, "metric must be one of"),
     ({"sequence": "naive"}, "sequence must be one of"), ({"maxx": 3}, "unknown key(s) ['maxx']"),
+    ({"sequence": "beting"}, "did you mean 'betting'?"),
+    ({"sequence": "exact"}, "'exact' is now called 'prpl_eb'"),
+    ({"sequence": "asymptotic", "start": 5}, "start (5) is below what sequence asymptotic "
+                                             "supports: it says nothing before 10 seeds"),
+    ({"equivalence": 0}, "equivalence must be in (0, 1)"),
+    ({"equivalence": -0.01}, "equivalence must be in (0, 1)"),
     ({"split": None}, "split must be a split name or a list of them"),
     ({"split": 5}, "split must be a split name or a list of them"),
     ({"split": ["test_large", 5]}, "split must be a split name or a list of them"),
@@ -124,7 +131,7 @@ def test_an_auc_study_leaves_out_rows_without_attention(studies, tmp_path, capsy
     [out] = ad.left_out(a, plan)
     assert (out.row, out.baseline, out.why) == ("GIN unsup", "GIN global pool",
                                                 "GIN global pool has no attention layer")
-    rounds = ad.Rounds.start(a, study.trials)
+    rounds = Rounds.start(a, study.trials)
     rounds.write(tmp_path / "adaptive.json")
     doc = json.loads((tmp_path / "adaptive.json").read_text())
     assert doc["alpha_per_comparison"] == 0.05 and doc["left_out"][0]["row"] == "GIN unsup"
@@ -183,13 +190,13 @@ def _values(diffs: dict[str, float], n: int, rng) -> pd.DataFrame:
 
 
 def test_decisions_stop_decided_rows_and_replay_the_same():
-    """A clear difference (30 points) is decided by the first look the sequence allows and its
+    """A clear difference (85 points) is decided by the first look the sequence allows and its
     rows stop, while a null comparison stays open; deciding again from the same store gives
     the same decisions round by round (what a rerun does)."""
     a = ad.AdaptiveSeeds(start=10, step=2, max=20, equivalence=0.001)
     plan = ad.PlanRows({}, [("B", "A", "x"), ("C", "A", "y")],
                        {"A": ["colors"], "B": ["colors"], "C": ["colors"]})
-    values = _values({"A": 0.0, "B": 0.3, "C": 0.0}, 20, np.random.default_rng(0))
+    values = _values({"A": -0.5, "B": 0.35, "C": -0.5}, 20, np.random.default_rng(0))
 
     def replay():
         dec = ad.initial_decisions(a, plan)
@@ -221,8 +228,9 @@ def _on(shifts: dict[tuple[str, str], float], n: int, seed: int = 0) -> pd.DataF
 
 
 ROWS = ("GIN global pool", "GIN unsup", "GIN sup")
-# COLORS: 30 points between each pair of rows (decided at once); TRIANGLES: no difference
-SPLIT_BY_DATASET = {**{(r, "colors"): 0.3 * i - 0.3 for i, r in enumerate(ROWS)},
+# COLORS: 92 points between each compared pair (decided at once: at alpha 0.05 / 4 the betting
+# sequence's capital reaches (1 + 0.75 * 0.92)^10 = 190 > 2 / alpha = 160); TRIANGLES: none
+SPLIT_BY_DATASET = {**{(r, "colors"): (-0.55, 0.37, -0.55)[i] for i, r in enumerate(ROWS)},
                     **{(r, "triangles"): 0.0 for r in ROWS}}
 
 
@@ -295,7 +303,7 @@ def test_verify_plans_the_rounds_the_decisions_called_for(studies, tmp_path, mon
 
     study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
     monkeypatch.setattr(ad, "store_values", lambda *a: _on(
-        {(r, "colors"): 0.3 * i for i, r in enumerate(ROWS)}, 10))
+        {k: v for k, v in SPLIT_BY_DATASET.items() if k[1] == "colors"}, 10))
     first = [t for t in study.trials if max(t.config.seeds) < 10]
     status = {t.trial_id: "ok" for t in first}
     monkeypatch.setattr(Store, "inspect", lambda self: StoreCheck(status, [], {}, {}, len(status)))
@@ -424,7 +432,7 @@ def test_an_adaptive_study_runs_in_rounds_and_a_rerun_replays_them(studies, tmp_
     assert "round 3: seed(s) 3" in err
     doc = json.loads((res / name / ad.DECISIONS_FILE).read_text())
     assert doc["round"] == 3 and len(doc["comparisons"]) == 2 and doc["finished"]
-    for c in doc["comparisons"]:  # the asymptotic sequence says nothing before 10 seeds
+    for c in doc["comparisons"]:  # no exact sequence decides at 2-4 seeds
         assert c["decision"] == "open" and c["at"] == [2, 3, 4] and c["seeds"] == 4
     from ablate import read_trials
 
@@ -466,8 +474,8 @@ def test_the_report_shows_each_decision_and_the_methods(tmp_path):
                     seeds=10, decision="greater", round=1, lo=[0.4], hi=[0.6], at=[10])
     trials = [SimpleNamespace(trial_id=f"{v}{s}", config=SimpleNamespace(seeds=(s,), dataset="colors"))
               for v in "ab" for s in range(12)]
-    rounds = ad.Rounds(a, trials, ad.PlanRows({}, []), {d.key: d}, [], set(), round=1,
-                       seed_runs=20, saved=4)
+    rounds = Rounds(a, trials, ad.PlanRows({}, []), {d.key: d}, [], round=1, seed_runs=20,
+                    saved=4)
     rounds.write(tmp_path / "res" / "ad" / ad.DECISIONS_FILE)
     titles = []
     from analysis import figure_style
@@ -485,8 +493,8 @@ def test_the_report_shows_each_decision_and_the_methods(tmp_path):
     md = (tmp_path / "out" / "tables" / "ad__adaptive.md").read_text()
     assert "| GIN sup | GIN global pool | pool_layers | COLORS / test_largec | higher than its " \
            "baseline | 1 | 10 | [+40.0, +60.0] points |" in md
-    assert "Bonferroni" in md and "asymptotic confidence sequence" in md
-    assert "only from 10 seeds on" in md and "20 of 24 seed runs (4 saved)" in md
+    assert "Bonferroni" in md and "hedged-capital betting confidence sequence" in md
+    assert "exact at every number of seeds" in md and "20 of 24 seed runs (4 saved)" in md
     assert (tmp_path / "out" / "figures" / "ad__adaptive.png").exists()
     assert "GIN sup vs GIN global pool\nCOLORS test_largec: greater" in titles
     report = (tmp_path / "out" / "report.md").read_text()
@@ -503,9 +511,9 @@ def test_a_report_of_a_study_stopped_early_claims_no_saving(tmp_path):
     d = ad.Decision("B", "A", "x", "colors", "test_largec", seeds=10)
     trials = [SimpleNamespace(trial_id=f"{v}{s}", config=SimpleNamespace(seeds=(s,), dataset="colors"))
               for v in "ab" for s in range(12)]
-    rounds = ad.Rounds(ad.AdaptiveSeeds(start=10, step=2, max=12), trials, ad.PlanRows({}, []),
-                       {d.key: d}, [ad.LeftOut("C", "A", "x", "colors", "A has no attention layer")],
-                       {("A", "colors"), ("B", "colors")}, round=1, seed_runs=20)
+    rounds = Rounds(ad.AdaptiveSeeds(start=10, step=2, max=12), trials, ad.PlanRows({}, []),
+                    {d.key: d}, [ad.LeftOut("C", "A", "x", "colors", "A has no attention layer")],
+                    round=1, seed_runs=20)
     rounds.write(tmp_path / "res" / "ad" / ad.DECISIONS_FILE)
     write_report(tmp_path / "res", tmp_path / "out", figures=False)
     md = (tmp_path / "out" / "tables" / "ad__adaptive.md").read_text()
@@ -518,3 +526,89 @@ def test_the_report_reads_the_file_the_runner_writes():
     from analysis import adaptive_section
 
     assert adaptive_section.DECISIONS_FILE == ad.DECISIONS_FILE
+
+
+def _gap(n: int, drop: set[int] = frozenset(), top: float = 0.9) -> pd.DataFrame:
+    """Colors values of TINY's rows at seeds 0..n-1: the global pool at 0.1, unsup and sup at
+    `top` (at 0.9: unsup vs global pool +80 points, decided at 10 seeds at alpha 0.05 / 2,
+    1.6^10 = 110 >= 80 > 1.6^9; sup vs unsup: 0, open); the unsup row lacks the seeds in
+    `drop` (its trial failed)."""
+    level = {"GIN global pool": 0.1, "GIN unsup": top, "GIN sup": top}
+    return pd.DataFrame([{"row": r, "dataset": "colors", "split": "test_largec", "seed": s,
+                          "value": v} for r, v in level.items() for s in range(n)
+                         if not (r == "GIN unsup" and s in drop)])
+
+
+def test_a_retried_failure_counts_in_the_next_round_and_a_rerun_writes_the_same_file(
+        studies, tmp_path, monkeypatch):
+    """The unsup row's round-1 trial fails: round 1 is open, rounds 2-3 train. The rerun
+    retries it (all seeds now in the store) and replays the stored decisions: adaptive.json is
+    the same, not rewritten as if the study had decided unsup vs global pool in round 1."""
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
+    failed = [t for t in study.trials if max(t.config.seeds) < 10
+              and "unsup" in str(t.config.supervision) and t.config.pool_layers]
+    lost = {s for t in failed for s in t.config.seeds}
+    fail = lambda trials: {"failed": [t.trial_id for t in failed]}  # noqa: E731
+    summary, runs, _ = _run_rounds(monkeypatch, tmp_path, study, _gap(14, lost), [fail])
+    path = tmp_path / "r" / study.name / ad.DECISIONS_FILE
+    before = path.read_text()
+    doc = json.loads(before)
+    assert summary.exit_code == 1 and doc["round"] == 3
+    _, runs, lines = _run_rounds(monkeypatch, tmp_path, study, _gap(14))
+    assert path.read_text() == before
+    assert "replaying the stored decisions of round(s) 1-3" in lines[0]
+    assert len(runs) == 3  # the same rounds, each rerun (its stored trials skipped by the store)
+
+
+def test_a_retried_seed_joins_the_sequence_after_the_seeds_it_had():
+    a = ad.AdaptiveSeeds(start=10, step=2, max=14)
+    plan = ad.PlanRows({}, [("GIN unsup", "GIN global pool", "x")],
+                       {"GIN unsup": ["colors"], "GIN global pool": ["colors"]})
+    dec = ad.initial_decisions(a, plan)
+    # +60 points, one comparison: K+ = 1.45^t reaches 2 / 0.05 = 40 at 10 seeds, not at 9
+    ad.decide_round(a, plan, _gap(10, {3}, top=0.7), 10, 1, dec)
+    [d] = dec.values()
+    assert d.order == [0, 1, 2, 4, 5, 6, 7, 8, 9] and d.decision == "open"
+    ad.decide_round(a, plan, _gap(12, top=0.7), 12, 2, dec)
+    assert d.order == [0, 1, 2, 4, 5, 6, 7, 8, 9, 3, 10, 11] and d.decision == "greater"
+    assert (d.round, d.at) == (2, [9, 12])
+
+
+def test_force_says_which_stored_decisions_it_drops(studies, tmp_path, monkeypatch):
+    from ablate.runner.execute import driver
+    from ablate.runner.execute.rounds import run_adaptive
+
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
+    _run_rounds(monkeypatch, tmp_path, study, _gap(14))
+    lines = []
+    monkeypatch.setattr(driver, "run_study", lambda part, *a, **k: Summary(
+        part.name, len(part.trials), ok=len(part.trials)))
+    run_adaptive(study, str(tmp_path / "r"), force=True, say=lines.append)
+    assert "force=true drops the stored decisions of round(s) 1-3 (1 decided: GIN unsup vs " \
+           "GIN global pool (colors test_largec): greater in round 1)" in lines[0]
+
+
+@pytest.mark.parametrize("where", ["write", "read"])
+def test_a_decisions_file_or_store_that_cannot_be_used_is_the_exit_3_line(
+        studies, tmp_path, monkeypatch, where):
+    """Issue 53: an OSError writing adaptive.json or reading the store ends the study with
+    the storage line and exit 3, not a traceback."""
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
+    err = OSError(28, "No space left on device", str(tmp_path / "r" / "x"))
+    if where == "write":
+        def boom(self, path):
+            raise err
+        monkeypatch.setattr(Rounds, "write", boom)
+        summary, runs, _ = _run_rounds(monkeypatch, tmp_path, study, _gap(14))
+    else:
+        from ablate.runner.execute import driver
+        from ablate.runner.execute.rounds import run_adaptive
+
+        def store(*a):
+            raise err
+        monkeypatch.setattr(driver, "run_study", lambda part, *a, **k: Summary(
+            part.name, len(part.trials), ok=len(part.trials)))
+        monkeypatch.setattr(ad, "store_values", store)
+        summary, runs = run_adaptive(study, str(tmp_path / "r"), say=lambda s: None), [1]
+    assert summary.exit_code == 3 and len(runs) == 1
+    assert summary.storage_error == f"No space left on device writing {tmp_path / 'r' / 'x'}"

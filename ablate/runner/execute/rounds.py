@@ -1,13 +1,15 @@
 """Running an adaptive-seed study in rounds (`ablate.runner.plan.adaptive`).
 
 Each round is an ordinary run (`run_study`) of the trials that hold that round's seeds for
-the (row, dataset) pairs still in an open comparison; what is stored is skipped, so a rerun
-replays the rounds already run from the store (the same decisions: each is made from the
-seeds of its own and earlier rounds only) and continues with the first round not complete.
-A round whose trials failed after their retries is decided on the seeds both rows of a
-comparison have and the study goes on (exit 1 at the end, as any run with failed trials); an
-interrupted round, results that could not be written or Ray Tune stopping end the study
-there (a rerun resumes it). plan.json names the trials of every round run so far.
+the (row, dataset) pairs still in an open comparison; what is stored is skipped. A round's
+decisions are written to the decisions file when it ends and a rerun replays them from there
+(`adaptive_rounds.Rounds.resume`), never deciding a stored round again from results that came
+later (a failed seed retried by the rerun counts in the next round); `force=true` drops them
+and says which. A round whose trials failed after their retries is decided on the seeds both
+rows of a comparison have and the study goes on (exit 1 at the end, as any run with failed
+trials); an interrupted round, results or decisions that could not be written or read (exit
+3, the usual line) or Ray Tune stopping end the study there (a rerun resumes it). plan.json
+names the trials of every round run so far.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from ablate.runner.execute.progress import Progress, Summary
 from ablate.runner.plan import adaptive as ad_plan
+from ablate.runner.plan import adaptive_rounds
 from ablate.runner.study.expand import Study
 
 
@@ -34,10 +37,21 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
     ad = study.spec.adaptive
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     t0 = time.time()
-    rounds = ad_plan.Rounds.start(ad, study.trials)
+    rounds = adaptive_rounds.Rounds.start(ad, study.trials)
     path = Path(results_dir) / study.name / ad_plan.DECISIONS_FILE
     n_pairs = len(rounds.active)
     total = Summary(study.name, len(study.trials), results=str(Path(results_dir) / study.name))
+    try:
+        stored = adaptive_rounds.read_stored(path)
+    except OSError as e:
+        return _storage_stop(total, e, path, t0)
+    if stored is not None and force:
+        say(f"[{study.name}] {adaptive_rounds.dropped(stored)}")
+    elif stored is not None:
+        why = rounds.resume(stored)
+        say(f"[{study.name}] " + (f"stored decisions not replayed: {why}; decided again from "
+                                  "the store" if why else
+                                  f"replaying the stored decisions of round(s) 1-{rounds.frozen}"))
     planned: list[str] = []
     held = HeldRay()
     try:
@@ -58,8 +72,15 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
             _add(total, part)
             if part.storage_error or part.remaining or part.signal or part.tune_error:
                 break  # a rerun resumes this round; failed trials alone do not stop the study
-            rounds.decide(r, ad_plan.store_values(ad, rounds.plan, results_dir, study.name))
-            rounds.write(path)
+            try:
+                values = None if r <= rounds.frozen else ad_plan.store_values(
+                    ad, rounds.plan, results_dir, study.name)
+                rounds.decide(r, values)
+                if r > rounds.frozen:
+                    rounds.write(path)
+            except OSError as e:  # reading the store or writing the decisions: exit 3
+                _storage_stop(total, e, path)
+                break
             if not rounds.active:
                 break
     finally:
@@ -74,6 +95,17 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
         f"decided, {c['open']} open{absent}{left}; {rounds.seed_words()}{where}")
     total.total = total.ok + total.skipped + len(total.failed) + len(total.remaining)
     total.wall_s = time.time() - t0
+    return total
+
+
+def _storage_stop(total: Summary, e: OSError, path: Path, t0: float | None = None) -> Summary:
+    """An OSError reading the store or the decisions file, or writing it: the summary's
+    storage line (exit 3, 'free space or fix permissions, then rerun')."""
+    from ablate.runner.execute.store import write_error
+
+    total.storage_error = write_error(e, Path(e.filename) if e.filename else path)
+    if t0 is not None:
+        total.wall_s = time.time() - t0
     return total
 
 

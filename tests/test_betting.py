@@ -1,0 +1,156 @@
+"""The hedged-capital betting confidence sequence (analysis/betting.py, issue 54): against its
+definition computed by hand, closed forms, the floor no test can beat, and the nulls of SPEC.md
+"Comparing rows over seeds"."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis import betting
+from analysis.sequences import adaptive, asymptotic_cs, looks
+
+ALPHA = 0.05
+N = 20_000  # simulated studies per null
+
+
+def _se(p: float, n: int) -> float:
+    return math.sqrt(p * (1 - p) / n)
+
+
+def _capital_loop(d: list[float], m: float, alpha: float, c: float) -> tuple[list, list]:
+    """Waudby-Smith & Ramdas (2024) Theorem 3 step by step: K+ and K- at mean m of x."""
+    x = [(v + 1) / 2 for v in d]
+    kp = kn = 1.0
+    s_x = s_sq = 0.0
+    s2_prev = 0.25
+    out_p, out_n = [], []
+    for t, xi in enumerate(x, start=1):
+        lam_p = math.sqrt(2 * math.log(1 / (alpha * 0.5)) / (s2_prev * t * math.log(1 + t)))
+        lam_n = lam_p  # theta = 1/2: both capitals bet alpha / 2
+        kp *= 1 + min(lam_p, c / m) * (xi - m)
+        kn *= 1 - min(lam_n, c / (1 - m)) * (xi - m)
+        out_p.append(kp)
+        out_n.append(kn)
+        s_x += xi
+        mu = (0.5 + s_x) / (t + 1)
+        s_sq += (xi - mu) ** 2
+        s2_prev = (0.25 + s_sq) / (t + 1)
+    return out_p, out_n
+
+
+def test_capitals_match_the_definition_step_by_step():
+    rng = np.random.default_rng(5)
+    d = np.clip(rng.normal(0.1, 0.3, 25), -1, 1)
+    x = (d + 1) / 2
+    for m in (0.3, 0.5, 0.62):
+        kp, kn = _capital_loop(list(d), m, ALPHA, 0.75)
+        lam = betting.bets(x, ALPHA)
+        got_p, got_n = betting.capitals(x, m, lam, lam, 0.75)
+        # running maxima of the hand-computed paths; products of 25 factors: float64 rounding
+        np.testing.assert_allclose(got_p, np.maximum.accumulate(kp), rtol=1e-12)
+        np.testing.assert_allclose(got_n, np.maximum.accumulate(kn), rtol=1e-12)
+
+
+def test_a_constant_difference_is_decided_when_the_truncated_capital_reaches_2_over_alpha():
+    """Every d = 0.9: the bets sit at their truncation c/m = 1.5 at m = 1/2, so
+    K+_t = (1 + 0.75 * 0.9)^t and the first t with K+ >= 2/alpha decides: at alpha 0.05 / 13,
+    ceil(ln(520) / ln(1.675)) = 13 (the floor for any test: 10)."""
+    alpha = ALPHA / 13
+    d = np.full(30, 0.9)
+    x = (d + 1) / 2
+    lam = betting.bets(x, alpha)
+    assert lam.min() >= 1.5  # the truncation binds at every seed
+    kp, _ = betting.capitals(x, 0.5, lam, lam)
+    np.testing.assert_allclose(kp, 1.675 ** np.arange(1, 31), rtol=1e-12)
+    codes = betting.decision_codes(d[None, :], np.arange(1, 31), alpha, 0.01)[0]
+    first = int(np.argmax(codes != 0)) + 1
+    assert first == math.ceil(math.log(2 / alpha) / math.log(1.675)) == 13
+    assert codes[first - 1] == 1 and betting.seed_floor(0.9, alpha) == 10
+
+
+def test_zero_spread_gives_the_closed_form_interval_and_never_equivalent():
+    """30 differences of exactly 0: x = 1/2, the bets stay above the truncation, so the lower
+    end m solves (1 + 0.75 (1/2 - m) / m)^30 = 40: m = 0.375 / (0.75 + 40^(1/30) - 1), i.e.
+    d = -0.1485; no 'equivalent' within +-1 point from zero spread alone."""
+    lo, hi = betting.betting_cs(np.zeros(30), ALPHA)
+    g = 40 ** (1 / 30) - 1
+    want = 2 * 0.375 / (0.75 + g) - 1
+    assert lo[-1] == pytest.approx(want, abs=1e-12) and hi[-1] == pytest.approx(-want, abs=1e-12)
+    codes = betting.decision_codes(np.zeros((1, 30)), np.arange(1, 31), ALPHA, 0.01)
+    assert not codes.any()
+
+
+@pytest.mark.parametrize("delta", [0.1, 0.3, 0.6, 0.9, 1.0])
+@pytest.mark.parametrize("alpha", [0.05, 0.05 / 13])
+def test_no_decision_comes_before_the_floor(delta, alpha):
+    """The null with mass 1/(1 + delta) on delta and the rest on -1 has mean 0: n draws all
+    equal to delta have probability (1 + delta)^-n, so no level-alpha test decides before
+    ln(2 / alpha) / ln(1 + delta)."""
+    d = np.full((1, 200), delta)
+    codes = betting.decision_codes(d, np.arange(1, 201), alpha, 0.01)[0]
+    floor = betting.seed_floor(delta, alpha)
+    assert (1 + delta) ** -floor <= alpha / 2 < (1 + delta) ** -(floor - 1)
+    assert not codes[:floor - 1].any() and codes.any()
+
+
+def test_the_interval_ends_are_where_the_capitals_cross_and_decisions_agree():
+    rng = np.random.default_rng(11)
+    d = np.clip(rng.normal(0.3, 0.2, (40, 20)), -1, 1)
+    lo, hi = betting.betting_cs(d, ALPHA)
+    x = (d + 1) / 2
+    lam = betting.bets(x, ALPHA)
+    kp_in, _ = betting.capitals(x, (lo[:, -1:] + 1) / 2 + 1e-9, lam, lam)
+    kp_out, _ = betting.capitals(x, (lo[:, -1:] + 1) / 2 - 1e-9, lam, lam)
+    assert np.all(kp_in[:, -1] < 2 / ALPHA) and np.all(kp_out[:, -1] >= 2 / ALPHA)
+    codes = betting.decision_codes(d, np.array([20]), ALPHA, 0.01)[:, 0]
+    assert np.array_equal(codes == 1, lo[:, -1] > 0) and np.array_equal(codes == 2, hi[:, -1] < 0)
+    assert np.all(lo <= hi) and np.all(np.diff(lo, axis=1) >= 0)  # intersected over time
+
+
+def _nulls(rng: np.random.Generator, n: int, k: int):
+    a = np.clip(rng.normal(0.7, 0.126, (n, k)), 0, 1)
+    yield "gaussian", np.clip(rng.normal(0.7, 0.126, (n, k)), 0, 1) - a, 0.0
+    yield "skewed", np.where(rng.random((n, k)) < 0.9, 0.05, -0.45), 0.0
+    base = np.clip(rng.normal(0.9, 0.01, (n, k)), 0, 1)
+    for p in (0.05, 0.10):
+        row = np.where(rng.random((n, k)) < p, 0.1, np.clip(rng.normal(0.9, 0.01, (n, k)), 0, 1))
+        yield f"collapse {p}", row - base, -0.8 * p
+
+
+def test_the_nulls_of_the_spec_keep_every_error_at_alpha_where_the_asymptotic_one_fails():
+    """SPEC.md's nulls, 20,000 studies each, rounds 10, 12, .., 40: the betting sequence misses
+    the true mean (any look) in at most alpha of studies; the asymptotic one says
+    'equivalent' to a -4-point collapse in far more (the issue measured 25%)."""
+    rng = np.random.default_rng(54)
+    at = looks(10, 2, 40)
+    bar = 2 / ALPHA
+    for name, d, mu in _nulls(rng, N, 40):
+        x = (d + 1) / 2
+        lam = betting.bets(x, ALPHA)
+        kp, kn = betting.capitals(x, (mu + 1) / 2, lam, lam)
+        miss = (kp[:, -1] >= bar) | (kn[:, -1] >= bar)
+        assert miss.mean() <= ALPHA + 3 * _se(ALPHA, N), name
+        res = adaptive(d, alpha=ALPHA, start=10, step=2, max_seeds=40, equivalence=0.01,
+                       rules=("betting",), true_sign=int(np.sign(mu)))["betting"]
+        assert res["false_difference_rate"] <= ALPHA + 3 * _se(ALPHA, N), name
+        if mu:
+            assert res["equivalent_rate"] <= ALPHA + 3 * _se(ALPHA, N), name
+        if name == "collapse 0.05":
+            lo, hi = asymptotic_cs(d, ALPHA, 40)
+            eq = (lo[:, at - 1] >= -0.01) & (hi[:, at - 1] <= 0.01)
+            assert eq.any(axis=1).mean() > 0.15  # fails: measured 0.27 at max 30
+
+
+@pytest.mark.parametrize("bad, words", [
+    (lambda: betting.betting_cs([0.1], 0.0), "alpha must be in (0, 1)"),
+    (lambda: betting.betting_cs([1.5], 0.05), "must lie in [-1, 1]"),
+    (lambda: betting.betting_cs([0.1], 0.05, c=1.0), "c must be in (0, 1)"),
+    (lambda: betting.seed_floor(0.0, 0.05), "delta must be in (0, 1]"),
+])
+def test_bad_input_is_one_line(bad, words):
+    with pytest.raises(ValueError) as e:
+        bad()
+    assert words in str(e.value) and "\n" not in str(e.value)
