@@ -65,6 +65,10 @@ sys.path.insert(0, str(ROOT))
 _spec = importlib.util.spec_from_file_location("tu_fidelity", Path(__file__).with_name("tu_fidelity.py"))
 _tu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_tu)
+_spec = importlib.util.spec_from_file_location("authors_resume",
+                                               Path(__file__).with_name("authors_resume.py"))
+_resume = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_resume)
 
 MNIST = ROOT.parent / "shared" / "fixtures" / "mnist"
 SPLITS = ("test_orig", "test_noisy", "test_noisyc")
@@ -210,8 +214,13 @@ def parse_authors(log: str) -> dict[int, list[float]]:
     return {e: v for e, v in out.items() if len(v) == 3}
 
 
-def start_authors(cmd: list[str], authors: Path, log: Path) -> tuple[subprocess.Popen, Path, float]:
-    env = {**os.environ, "PYTHONPATH": str(_tu.standin_path(log.parent)), "OMP_NUM_THREADS": "1",
+def start_authors(cmd: list[str], authors: Path, log: Path,
+                  exact: bool = False) -> tuple[subprocess.Popen, Path, float]:
+    """Their main.py with the stand-in torchvision and, with `exact`, the exact-resume adapter
+    (`authors_resume.py`) on its PYTHONPATH; ABLATE_PROBE=1 in this environment reaches it too."""
+    paths = [_resume.adapter_path(log.parent), _tu.standin_path(log.parent)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(x) for x in paths),
+           "ABLATE_EXACT_RESUME": "1" if exact else "0", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
            # their checkpoints pickle argparse's Namespace: today's torch.load refuses it unless asked
            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
@@ -225,12 +234,20 @@ def start_authors(cmd: list[str], authors: Path, log: Path) -> tuple[subprocess.
 
 def run_authors_chunked(row: str, seed: int, epochs: int, steps: list[int], chunk: int,
                         authors: Path, folder: Path, work: Path, state: Path,
-                        every_epoch: bool = False) -> dict:
+                        every_epoch: bool = False, exact: bool = False,
+                        provenance: dict | None = None) -> dict:
     """Their main.py in chunks of `chunk` epochs, each resumed from the previous chunk's
     checkpoint (their `--resume`: model, optimiser and scheduler state) and tested at its end.
     `state` (a folder) holds progress.json and the last checkpoint, so a stopped run resumes at
-    its last finished chunk. Their code reseeds at every start, so the data order and dropout
-    masks after a resume are not those of one uninterrupted run (said in the record)."""
+    its last finished chunk. Their code reseeds at every start: without `exact` each chunk
+    replays the first chunk's data order and dropout masks; with `exact` the adapter of
+    `authors_resume.py` carries torch's generator state across the chunks, so the run trains
+    as one uninterrupted run (not with `every_epoch`: their --debug tests between epochs and
+    so draws from the generator where a chunk's end does not). Each chunk's entry names the
+    commit and tree state of the process that ran it (`provenance`: git_sha, git_dirty)."""
+    if exact and every_epoch:
+        raise ValueError("exact resume and --every-epoch: their --debug draws test-loader seeds "
+                         "after every epoch, which a chunk's end does in another order")
     state, work = state.resolve(), work.resolve()  # their main.py runs in their checkout
     state.mkdir(parents=True, exist_ok=True)
     prog_path = state / "progress.json"
@@ -243,19 +260,26 @@ def run_authors_chunked(row: str, seed: int, epochs: int, steps: list[int], chun
         resume = state / f"checkpoint_epoch{prog['done']}.pth.tar" if prog["done"] else None
         cmd = authors_cmd(row, seed, end, steps, folder, every_epoch, results, resume)
         log = work / f"authors_{state.name}_epochs{prog['done'] + 1}-{end}.log"
-        proc, log, t0 = start_authors(cmd, authors, log)
+        proc, log, t0 = start_authors(cmd, authors, log, exact)
         got = finish_authors(proc, log, t0)
         saved = sorted(results.glob(f"checkpoint_*_epoch{end}_seed{seed:07d}.pth.tar"))
         if not saved:
             raise RuntimeError(f"their main.py saved no checkpoint of epoch {end}; see {log}")
+        rng = Path(f"{saved[-1]}.rng.pt")
+        if exact and not rng.exists():
+            raise RuntimeError(f"the exact-resume adapter saved no generator state; see {log}")
+        if exact:
+            os.replace(rng, state / f"checkpoint_epoch{end}.pth.tar.rng.pt")
         os.replace(saved[-1], state / f"checkpoint_epoch{end}.pth.tar")
         if resume is not None:
             resume.unlink()
+            Path(f"{resume}.rng.pt").unlink(missing_ok=True)
         prog["curve"].update({str(k): v for k, v in got["epochs"].items()})
         prog["seconds"] = round(prog["seconds"] + got["seconds"], 1)
         prog["peak_rss_mb"] = max(prog["peak_rss_mb"], got["peak_rss_mb"] or 0)
         prog["chunks"].append({"epochs": [prog["done"] + 1, end], "seconds": got["seconds"],
-                               "log": log.name, "train": train_lines(log.read_text())})
+                               "log": log.name, "train": train_lines(log.read_text()),
+                               **(provenance or {})})
         prog["done"] = end
         tmp = prog_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(prog, indent=1) + "\n")
@@ -310,7 +334,8 @@ def restandardise(data: dict, raw_stats: tuple, train) -> dict:
 
 def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: list[int],
              splits: dict, n_train: int | None, sets: dict, stats: str = "nodes",
-             timing: str = "published", chunk: int | None = None, state: Path | None = None) -> dict:
+             timing: str = "published", chunk: int | None = None, state: Path | None = None,
+             provenance: dict | None = None) -> dict:
     """Our side of one seed. With `state` (a folder), training runs in chunks of `chunk`
     epochs and saves the model and `FitState` (optimiser, batch-order generator, dropout step)
     after each, so a stopped run resumes at its last chunk and continues exactly as the
@@ -366,8 +391,12 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
 
     while fs.epoch < epochs:
         t1 = time.perf_counter()
+        first = fs.epoch + 1
         fit(model, cfg, batches, seed, on_epoch, state=fs,
             until=fs.epoch + chunk if chunk and ckpt is not None else None)
+        prog.setdefault("chunks", []).append({"epochs": [first, fs.epoch],
+                                              "seconds": round(time.perf_counter() - t1, 1),
+                                              **(provenance or {})})
         prog["done"] = fs.epoch
         prog["seconds"] = round(prog["seconds"] + time.perf_counter() - t1, 1)
         prog["peak_rss_mb"] = max(prog["peak_rss_mb"], round(peak_rss_mb()))
@@ -379,7 +408,8 @@ def run_ours(row: str, seed: int, epochs: int, decay: list[int], checkpoints: li
             (state / "progress.tmp").write_text(json.dumps(prog, indent=1) + "\n")  # for people
             os.replace(state / "progress.tmp", state / "progress.json")  # and tables.py
     return {"curve": prog["curve"], "seconds": prog["seconds"], "peak_rss_mb": prog["peak_rss_mb"],
-            "train_loss": prog["losses"], "lr_decay_epochs": list(cfg.lr_decay_epochs)}
+            "train_loss": prog["losses"], "lr_decay_epochs": list(cfg.lr_decay_epochs),
+            "chunks": prog.get("chunks", [])}
 
 
 def check_forward(authors: Path, mnist: Path, work: Path, seed: int = 0, graphs: int = 32) -> dict:
@@ -513,6 +543,10 @@ def main() -> None:
                     help="folder of per-run progress and checkpoints (default: --out's folder/runs)")
     ap.add_argument("--checkpoints", default="1,2,3,5,10,15,20,25,30")
     ap.add_argument("--n-train", type=int, default=None)
+    ap.add_argument("--resume-mode", choices=("exact", "replay"), default="exact",
+                    help="the authors' chunks: exact (torch's generator carried across chunks by "
+                         "authors_resume.py: one uninterrupted run) or replay (their code as is: "
+                         "every chunk replays the first chunk's data order and dropout masks)")
     ap.add_argument("--every-epoch", action="store_true",
                     help="the authors' side tests after every epoch (their --debug; slower)")
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE TrialConfig changes (ours)")
@@ -527,6 +561,9 @@ def main() -> None:
                     help="our model, loss and gradients against the authors' ChebyGIN on one batch")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    if args.every_epoch and args.resume_mode == "exact" and args.side != "ours":
+        ap.error("--every-epoch needs --resume-mode replay: their --debug tests between epochs, "
+                 "drawing from the generator where a chunk's end does not")
     if args.n_train:  # their feature statistics need whole batches of 32 (`compute_feature_stats`)
         args.n_train -= args.n_train % 32
     if args.summary:
@@ -560,10 +597,12 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     state_root = args.state or args.out.parent / "runs"
+    here = {"git_sha": _git("rev-parse", "--short", "HEAD"), "git_dirty": tree_state()}
     common = {"row": args.row, "epochs_total": args.epochs, "n_train": args.n_train,
-              "lr_timing": args.timing, "chunk": args.chunk, "machine": _machine(),
-              "git_sha": _git("rev-parse", "--short", "HEAD"), "git_dirty": tree_state()}
-    key = f"{args.row}_e{args.epochs}_n{args.n_train or 'all'}_{args.timing}_c{args.chunk}"
+              "lr_timing": args.timing, "chunk": args.chunk, "machine": _machine(), **here}
+    key = run_key(args.row, args.epochs, args.n_train, args.timing, args.chunk)
+    theirs_key = run_key(args.row, args.epochs, args.n_train, args.timing, args.chunk,
+                         args.resume_mode)
     done = _recorded(args.out)
     threads = []
     if args.side in ("authors", "both"):
@@ -578,17 +617,18 @@ def main() -> None:
         commit = _git_in(args.authors, "rev-parse", "HEAD")
 
         def authors_seed(seed: int) -> None:
+            exact = args.resume_mode == "exact"
             got = run_authors_chunked(args.row, seed, args.epochs, steps, args.chunk, args.authors,
-                                      folder, args.work, state_root / f"authors_{key}_seed{seed}",
-                                      args.every_epoch)
+                                      folder, args.work,
+                                      state_root / f"authors_{theirs_key}_seed{seed}",
+                                      args.every_epoch, exact, here)
             _write(args.out, {"side": "authors", "seed": seed, **common, "lr_decay_step": steps,
                               "authors_commit": commit, "resumed_every": args.chunk,
-                              "data_order": "their code reseeds at each chunk's start: the data "
-                              "order and dropout masks differ from one uninterrupted run",
+                              "resume": args.resume_mode, "data_order": DATA_ORDER[args.resume_mode],
                               **got})
 
         for seed in seeds:  # one process per seed, all at once: give it the cores
-            if ("authors", args.row, seed, key) in done:
+            if ("authors", args.row, seed, theirs_key) in done:
                 print(f"authors seed {seed}: recorded already in {args.out}")
                 continue
             t = threading.Thread(target=authors_seed, args=(seed,))
@@ -608,7 +648,7 @@ def main() -> None:
                 continue
             state = state_root / f"ours_{key}_seed{seed}" if not change else None
             got = run_ours(args.row, seed, args.epochs, decay, checkpoints, splits, args.n_train,
-                           sets, args.stats, args.timing, args.chunk, state)
+                           sets, args.stats, args.timing, args.chunk, state, here)
             _write(args.out, {"side": "ours", "seed": seed, "set": change, **common, **got})
     for t in threads:
         t.join()
@@ -623,10 +663,27 @@ def _recorded(out: Path) -> set[tuple]:
         if line.strip():
             r = json.loads(line)
             if "lr_timing" in r:
-                key = (f"{r['row']}_e{r['epochs_total']}_n{r.get('n_train') or 'all'}_"
-                       f"{r['lr_timing']}_c{r.get('chunk')}")
+                key = run_key(r["row"], r["epochs_total"], r.get("n_train"), r["lr_timing"],
+                              r.get("chunk"), r.get("resume", "replay") if r["side"] == "authors"
+                              else "replay")
                 got.add((r["side"], r["row"], r["seed"], key))
     return got
+
+
+DATA_ORDER = {
+    "replay": "their code reseeds at each chunk's start: every chunk replays the first chunk's "
+              "data order and dropout masks (not one uninterrupted run)",
+    "exact": "torch's generator state saved at each chunk's last epoch and restored after their "
+             "feature statistics at the next start (authors_resume.py): the data order and "
+             "dropout masks of one uninterrupted run"}
+
+
+def run_key(row: str, epochs: int, n_train: int | None, timing: str, chunk: int | None,
+            resume: str = "replay") -> str:
+    """The run's name in its state folder and in `_recorded`: the replaying chunks keep the
+    name they had before exact resume existed; exact ones end in `_exact`."""
+    key = f"{row}_e{epochs}_n{n_train or 'all'}_{timing}_c{chunk}"
+    return key + "_exact" if resume == "exact" else key
 
 
 def tree_state() -> str:
