@@ -134,6 +134,7 @@ def resolve_params(name: str, params: dict | None = None) -> dict:
         from ablate.data import pyg_user
 
         pyg_user.check_params(resolved)
+        resolved["kwargs"] = dict(sorted(pyg_user.kwargs_of(resolved["kwargs"]).items()))
     if resolved.get("url") is not None:
         resolved["url"] = download.check_url(resolved["url"])
     return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}

@@ -91,15 +91,26 @@ def check_params(params: dict) -> None:
                           "data.target=torch_geometric.datasets:TUDataset")
     if not is_object_path(target):
         raise ConfigError(f"data.target {target!r} is not of the form {FORM}")
-    if params.get("kwargs") is not None and not isinstance(params["kwargs"], dict):
-        raise ConfigError(f"data.kwargs must be a mapping of keyword arguments, got "
-                          f"{params['kwargs']!r}")
+    kwargs_of(params.get("kwargs"))
     if params.get("protocol") not in _PROTOCOLS:
         from ablate.errors import choice_error
 
         raise choice_error("data.protocol", params.get("protocol"), _PROTOCOLS)
     if params["protocol"] == "cv":
         check_protocol("cv", params["folds"], params["fold"])
+
+
+def kwargs_of(value: Any) -> dict:
+    """data.kwargs as a dict: a mapping, or the sorted (key, value) pairs a study file's
+    mapping becomes when the runner makes its parameters hashable."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list | tuple) and all(
+            isinstance(p, list | tuple) and len(p) == 2 and isinstance(p[0], str) for p in value):
+        return {k: v for k, v in value}
+    raise ConfigError(f"data.kwargs must be a mapping of keyword arguments, got {value!r}")
 
 
 def load_target(target: str) -> Any:
@@ -117,10 +128,10 @@ def build(target: str, kwargs: dict | None) -> Any:
     """`target(**kwargs)`: the user's dataset (its own errors become one line)."""
     cls = load_target(target)
     try:
-        dataset = cls(**(kwargs or {}))
+        dataset = cls(**kwargs_of(kwargs))
     except Exception as e:  # noqa: BLE001 - the user's constructor: one line, its own words
         text = str(e).strip().splitlines()
-        raise ConfigError(f"data.target {target}(**{kwargs or {}}) raised {type(e).__name__}: "
+        raise ConfigError(f"data.target {target}(**{kwargs_of(kwargs)}) raised {type(e).__name__}: "
                           f"{text[0] if text else ''}") from None
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__") or len(dataset) == 0:
         raise ConfigError(f"data.target {target} gave {type(dataset).__name__}, not a non-empty "
@@ -196,7 +207,11 @@ def _own_split(dataset: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None
     get = getattr(dataset, "get_idx_split", None)
     if get is None:
         return None
-    split = get()
+    try:
+        split = get()
+    except Exception as e:  # noqa: BLE001 - the user's method: one line, its own words
+        raise ConfigError(f"get_idx_split() of {type(dataset).__name__} raised "
+                          f"{type(e).__name__}: {e}") from None
     parts = []
     for key in ("train", "valid", "test"):
         if key not in split:

@@ -67,6 +67,10 @@ def check_data_paths(study: Study) -> list[str]:
                     note = download.check_files(*where)
                     if note:
                         notes.append(note)
+            elif t.dataset == "pyg":  # the user's class imports here (the run builds it)
+                from ablate.data.pyg_user import load_target
+
+                load_target(params["target"])
             elif not Path(params["path"]).expanduser().exists():
                 raise ConfigError(f"data.path {str(params['path'])!r} does not exist")
         except ConfigError as e:
@@ -91,8 +95,9 @@ def check_trial_files(trials: list[Trial]) -> None:
 
 def reads_local_files(t: Trial) -> bool:
     """Whether the trial's dataset is read from local or downloaded files (it may fail on a
-    bad path or without a network): prepared before Ray starts."""
+    bad path or without a network), or built by a user's class (`dataset=pyg`): prepared
+    before Ray starts."""
     from ablate.data.download import downloadable
 
     return t.data_hash is not None and (dict(t.data_params).get("path") is not None
-                                        or downloadable(t.dataset))
+                                        or downloadable(t.dataset) or t.dataset == "pyg")
