@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ablate.data import EARLIER_MNIST, EARLIER_TU_SPLIT
+from ablate.data import EARLIER_MNIST, EARLIER_TU_SPLIT, is_open
 from ablate.errors import ConfigError, choice_error
 from ablate.models.backbones import DENSE_LAYERS, MLP_LAYERS, check_layer, is_dense
 from ablate.models.normalizers import NORMALIZERS
@@ -183,14 +183,9 @@ _RECIPE_ALIAS = {"digits_sp": "mnist_sp", "proteins": "tu", "dd": "tu", "collab"
 def recipe(dataset: str) -> dict:
     """The reference training recipe of SPEC §3 for `dataset` (any TU set by name and a user's
     PyG dataset take the TU recipe)."""
-    if is_open_dataset(dataset):
+    if is_open(dataset):
         return _RECIPES["tu"]
     return _RECIPES[_RECIPE_ALIAS.get(dataset, dataset)]
-
-
-def is_open_dataset(dataset: str) -> bool:
-    """`tu:NAME` or `pyg`: a data set beyond the built-ins (the TU recipe, no ground truth)."""
-    return isinstance(dataset, str) and (dataset.startswith("tu:") or dataset == "pyg")
 
 
 def resolve(cfg: TrialConfig) -> TrialConfig:
@@ -200,7 +195,7 @@ def resolve(cfg: TrialConfig) -> TrialConfig:
     gin_like = cfg.backbone in ("gin", "chebygin", *MLP_LAYERS)
     cheby = cfg.backbone in ("chebynet", "chebygin", "chebygin_ref")
     K = cfg.K if cfg.K is not None else (r["K"] if cheby else 1)
-    if (cfg.dataset in ("collab", "dd") or is_open_dataset(cfg.dataset)) and cfg.K is None \
+    if (cfg.dataset in ("collab", "dd") or is_open(cfg.dataset)) and cfg.K is None \
             and cheby:
         K = 3  # the authors' COLLAB and D&D commands: ChebyNet, -K 3 (scripts/jobs.txt)
     if cfg.backbone == "chebygin_ref":  # the dataset's reference script (SPEC §3 notes)
