@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -221,6 +222,98 @@ def test_a_final_config_that_raises_is_retried_then_stored_failed(ray_env, capsy
     err = capsys.readouterr().err
     assert f"{arm}: final tuned failed after 2 retries: ValueError: n_colors" in err
     assert "nan" not in summary(spec, store)
+
+
+def _ray_errors():
+    """Every kind of Ray error a final task can end in (Ray 2.60): its own exception, a memory
+    kill (`RayError` only), a node or worker that died, no node able to run it, an actor's
+    death, a lost object; and one exception that is not Ray's (a bug of the driver)."""
+    from ray import exceptions as rx
+
+    cause = ValueError("n_colors must be >= 2\nmore detail")
+    return [rx.RayTaskError("_run", "Traceback (most recent call last):\n  ...", cause),
+            rx.OutOfMemoryError("Task was killed due to the node running low on memory.\n"
+                                "Memory on the node (IP: 10.0.0.2) was 7.5GB / 8GB"),
+            rx.NodeDiedError("The node 10.0.0.2 running this task died.\nMore"),
+            rx.TaskUnschedulableError("no node has 64 CPUs"),
+            rx.WorkerCrashedError(), rx.RayActorError(error_msg="The actor died."),
+            rx.ObjectLostError("ab" * 14, None, "final.py:90")]
+
+
+@pytest.mark.parametrize("error", _ray_errors(), ids=lambda e: type(e).__name__)
+def test_a_final_task_ended_by_any_ray_error_is_stored_failed_and_the_others_kept(
+        error, tmp_path, monkeypatch, capsys):
+    """Whatever Ray error ends a final task (a memory-monitor kill, a node that died, no node
+    to run it: not only the task's own exception), that role is stored as failed rows with the
+    error in one line, the other roles' results are kept, and the command exits 1 with no
+    traceback; any other exception is the driver's own and is raised."""
+    import ray
+
+    import ablate.data
+    import ablate.runner.execute.ray_env
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+    from ablate.runner.execute.tune_callback import error_line
+    from ablate.runner.search import entry
+    from ablate.runner.study.kinds import trial_kind
+    from ablate.trial.provenance import code_provenance
+
+    graph, calls = trial_kind("graph"), []
+
+    class Task:  # `ray.remote(...)(fn)`: a call is recorded, nothing runs
+        def __init__(self, fn):
+            self.fn = fn
+
+        def remote(self, cfg):
+            calls.append(cfg)
+            return len(calls) - 1
+
+    def get(ref):  # the second role (reference) ends in `error`; the others finish
+        if ref == 1:
+            raise error
+        cfg = calls[ref]
+        rows = [{**graph.columns(cfg), **code_provenance(), "seed": s, "split": "test_orig",
+                 "status": "ok", "accuracy": 0.5} for s in cfg.seeds]
+        return SimpleNamespace(records=rows, curves=[])
+
+    monkeypatch.setattr(ray, "remote", lambda **kw: Task)
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(ablate.data, "load_graphsets", lambda *a, **k: {})
+    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", lambda address: False)
+    monkeypatch.setattr(entry, "run_search", lambda spec, arm, store, started: 0)
+    monkeypatch.setattr(entry, "best_trial", lambda store, arm: {
+        "optuna_trial": 0, "params": {"threshold": 0.02}})
+    load = entry.load_search_spec
+
+    def with_baseline(name, argv):  # a third role, after the one that fails
+        spec = load(name, argv)
+        spec.baselines = {"global_pool": {"pool_layers": [], "supervision": "unsup"}}
+        return spec
+
+    monkeypatch.setattr(entry, "load_search_spec", with_baseline)
+    arm = "colors_chebygin_unsup"
+    argv = ["study=threshold_search", *TINY, f"arms={arm}", "final_seeds=[5]",
+            f"results_dir={tmp_path}"]
+    if not isinstance(error, ray.exceptions.RayError):
+        with pytest.raises(type(error)):
+            main(argv)
+        return
+    assert main(argv) == 1
+    rows = Store(tmp_path, "threshold_search").read()
+    roles = dict(zip(rows.role, rows.status))
+    assert roles == {"tuned": "ok", "reference": "error", "global_pool": "ok"}, roles
+    failed = rows[rows.role == "reference"]
+    assert set(failed.error) == {error_line(error)} and "\n" not in failed.error.iloc[0]
+    out, err = capsys.readouterr()
+    assert f"{arm}: final reference failed after 2 retries: {error_line(error)}" in err
+    assert f"final evaluation failed for {arm} reference" in out
+    assert "Traceback" not in out + err
+
+
+def test_a_final_task_that_raises_outside_ray_is_the_drivers_error(tmp_path, monkeypatch):
+    """An exception that is not Ray's (a bug of the driver) is not stored as a failed trial."""
+    test_a_final_task_ended_by_any_ray_error_is_stored_failed_and_the_others_kept(
+        KeyError("records"), tmp_path, monkeypatch, None)
 
 
 def _optuna_trials(db: Path) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ray import tune
+from ray.exceptions import RayError
 
 from ablate.runner.study.kinds import trial_kind
 
@@ -215,6 +216,13 @@ def _tid(trial) -> str:
 MEMORY_KILLED = ("its worker was killed by Ray's memory monitor (the node ran low on memory): "
                  "run fewer trials at once (cpus_per_trial=2), or use a node with more memory")
 _MEMORY_SIGNS = ("running low on memory", "OutOfMemoryError", "memory monitor")
+
+
+# What a trial's Ray call raises when the trial failed rather than the driver: every Ray error
+# (the trial's own exception as `RayTaskError`, its worker's or node's death, a kill by Ray's
+# memory monitor, which in Ray 2.60 derives from `RayError` alone, no node able to run it).
+# A search's final evaluation stores such a trial as failed rows, `error_line` its one line.
+TRIAL_FAILURES: tuple[type[BaseException], ...] = (RayError,)
 
 
 def killed_for_memory(text: str) -> bool:

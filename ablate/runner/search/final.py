@@ -61,11 +61,13 @@ FINAL_RETRIES = 2  # a final config that raises or loses its worker runs again u
 def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]:
     """Train and evaluate the `final_jobs` configs on fresh seeds, every split (Ray tasks);
     a row already in the store with the same config is skipped. A config that raises or
-    whose worker dies is retried (`FINAL_RETRIES`), then stored as failed rows (its error,
-    one line) while the others go on; a rerun runs it again. Returns the failed roles."""
+    whose worker dies is retried (`FINAL_RETRIES`); a config whose task still ends in a Ray
+    error (`tune_callback.TRIAL_FAILURES`: its own exception, a worker or node that died, a
+    memory-monitor kill, no node to run it) is stored as failed rows (`error_line`, one
+    line) while the others go on; a rerun runs it again. Returns the failed roles."""
     import ray
 
-    from ablate.runner.execute.tune_callback import error_line
+    from ablate.runner.execute.tune_callback import TRIAL_FAILURES, error_line
     from ablate.runner.search.tuning import say
     from ablate.runner.study.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
@@ -92,8 +94,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
                  "optuna_trial": best["optuna_trial"] if role == "tuned" else -1}
         try:
             res = ray.get(ref)
-        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError,
-                ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError) as e:
+        except TRIAL_FAILURES as e:  # any Ray error: the trial's, not the driver's
             error = error_line(e)
             say(f"[{spec.name}] {arm}: final {role} failed after {FINAL_RETRIES} retries: {error}")
             cfg = jobs[role]
