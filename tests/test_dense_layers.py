@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,26 +117,13 @@ def test_bad_backbones_are_one_line(kw, says, tmp_path, monkeypatch):
     assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
-USER_LAYER = '''
-import torch
+def _doc_layer() -> str:
+    """The user's layer docs/usage.md shows (`# mylayers.py`): the one these tests train."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text()
+    return re.search(r"^```python\n(# mylayers\.py.*?)^```", text, re.M | re.S).group(1)
 
 
-class MeanConv(torch.nn.Module):
-    """A user's dense layer: W1 x_i + W2 mean_j A_ij x_j (the (x, adj, mask) form)."""
-
-    def __init__(self, in_channels, out_channels):
-        super().__init__()
-        self.root = torch.nn.Linear(in_channels, out_channels)
-        self.rel = torch.nn.Linear(in_channels, out_channels, bias=False)
-
-    def reset_parameters(self):
-        self.root.reset_parameters()
-        self.rel.reset_parameters()
-
-    def forward(self, x, adj, mask):
-        agg = adj @ x / adj.sum(-1, keepdim=True).clamp(min=1)
-        return (self.root(x) + self.rel(agg)) * mask.unsqueeze(-1)
-'''
+USER_LAYER = _doc_layer()
 
 
 def test_a_users_layer_trains_in_a_pack_as_seed_by_seed(tmp_path, monkeypatch):
@@ -144,6 +133,40 @@ def test_a_users_layer_trains_in_a_pack_as_seed_by_seed(tmp_path, monkeypatch):
     cfg = tiny(backbone="user_layers_pack:MeanConv", supervision="sup", epochs=2, seeds=(0, 1))
     assert packed.eligible(resolve(cfg))
     _assert_matches(run_trial_full(cfg), _sequential(cfg), (0, 1))
+
+
+UNPACKABLE = """
+import torch
+
+
+class KeepPresent(torch.nn.Module):
+    \"\"\"A layer with a data-dependent shape (the present nodes gathered): not vmappable.\"\"\"
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.lin = torch.nn.Linear(in_channels, out_channels)
+
+    def forward(self, x, adj, mask):
+        out = torch.zeros(*x.shape[:-1], self.lin.out_features)
+        idx = mask.nonzero(as_tuple=True)
+        out[idx] = self.lin((adj @ x + x)[idx])
+        return out
+"""
+
+
+def test_a_layer_that_cannot_be_vmapped_trains_seed_by_seed(tmp_path, monkeypatch):
+    from ablate.models.backbones import unpackable
+
+    (tmp_path / "user_unpackable.py").write_text(UNPACKABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tiny(backbone="user_unpackable:KeepPresent", epochs=1, seeds=(0, 1), eval_every=1)
+    assert "does not run under torch.func.vmap" in unpackable(cfg.backbone)
+    assert not packed.eligible(resolve(cfg)) and packed.pack_key(resolve(cfg)) is None
+    with pytest.raises(ConfigError, match="cannot train in a pack: its forward does not run"):
+        packed.check_pack([resolve(cfg)])
+    res = run_trial_full(cfg)
+    assert {r["batched_seeds"] for r in res.records} == {1}
+    assert {r["status"] for r in res.records} == {"ok"} and {r["seed"] for r in res.records} == {0, 1}
 
 
 @pytest.mark.parametrize("name", [

@@ -139,6 +139,13 @@ def quoted_errors() -> dict[str, str]:
     return out
 
 
+def doc_layer() -> str:
+    """docs/usage.md's own dense layer (`# mylayers.py` block), which its commands name."""
+    blocks = re.findall(r"^```python\n(# mylayers\.py.*?)^```", _read("docs/usage.md"), re.M | re.S)
+    assert len(blocks) == 1, "docs/usage.md shows mylayers.py once"
+    return blocks[0]
+
+
 STUDIES = study_blocks()
 COMMANDS = command_lines()
 QUOTED = quoted_errors()
@@ -197,6 +204,7 @@ def test_every_command_of_the_docs_dry_runs_offline(where, cmd, tmp_path, monkey
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # study=./my_study.yaml: the docs' own study file, here
     (tmp_path / "my_study.yaml").write_text(STUDIES[0][1], encoding="utf-8")
+    (tmp_path / "mylayers.py").write_text(doc_layer(), encoding="utf-8")  # backbone=mylayers:..
     code = main(args)
     captured = capsys.readouterr()
     assert code == expected, (where, cmd, captured.err[-2000:])

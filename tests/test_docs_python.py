@@ -13,7 +13,9 @@ from analysis.synthetic import trial_record, write_trials
 
 ROOT = Path(__file__).resolve().parent.parent
 # the blocks each doc holds, so a new one is not left unrun
-BLOCKS = {"docs/analysis.md": 2, "docs/runner.md": 1, "docs/sdc.md": 1, "docs/usage.md": 1}
+# (usage.md's second is a user's layer, `mylayers.py`: tests/test_docs_examples.py writes it
+# beside the commands that name it, tests/test_dense_layers.py trains it)
+BLOCKS = {"docs/analysis.md": 2, "docs/runner.md": 1, "docs/sdc.md": 1, "docs/usage.md": 2}
 
 
 def python_blocks(name: str) -> list[str]:

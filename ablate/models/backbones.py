@@ -133,6 +133,28 @@ def check_layer(backbone: str) -> None:
                           f"{SIGNATURE}")
 
 
+@functools.cache
+def unpackable(backbone: str) -> str | None:
+    """Why members of a user's layer cannot train as one vmapped pack, or None when they can
+    (every name of `DENSE_LAYERS` can): its forward on a tiny batch under `torch.func.vmap`
+    over two stacked copies of its parameters raised (a data-dependent shape, `.item()`, an
+    in-place write to an input). Such a layer trains seed by seed. Once per path."""
+    if not is_object_path(backbone):
+        return None
+    from torch.func import functional_call, vmap
+
+    layer = layer_class(backbone)(3, 4)
+    params = {k: torch.stack([v.detach(), v.detach()]) for k, v in layer.named_parameters()}
+    x = torch.randn(2, 2, 3, 3)
+    adj = torch.tensor([[0.0, 1, 0], [1, 0, 1], [0, 1, 0]]).expand(2, 3, 3).clone()
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    try:
+        vmap(lambda p, x: functional_call(layer, p, (x, adj, mask)))(params, x)
+    except Exception as e:  # noqa: BLE001 - any failure means: not packable
+        return f"its forward does not run under torch.func.vmap ({type(e).__name__}: {_first(e)})"
+    return None
+
+
 def _first(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else "(no message)"

@@ -47,7 +47,8 @@ Dropout packs too: its masks are counter-based (`ablate.models.dropout`), a pure
 the masks `run_seed` draws for that seed, in any pack, eager, replayed or captured.
 
 Not packed (`ablate.trial.graph.run_seed` trains seed by seed):
-Gao & Ji selection (PyG TopKPooling has data-dependent shapes).
+Gao & Ji selection (PyG TopKPooling has data-dependent shapes), and a user's dense layer
+whose forward does not run under vmap (`ablate.models.backbones.unpackable` says why).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from torch.func import functional_call, vmap
 from ablate.config import TrialConfig, axes
 from ablate.data import GraphSet
 from ablate.errors import ConfigError, DeviceMemoryExhausted
+from ablate.models.backbones import unpackable
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, TrainBatches, each_batch, eval_batches, release_free_heap
 from ablate.trial.epochs import report_epoch
@@ -99,8 +101,10 @@ PACKABLE = ("seeds", "init_dist", "init_scale", *STACKED)  # axes members of one
 
 
 def eligible(cfg: TrialConfig) -> bool:
-    """Whether `cfg` (resolved) can train in a pack (fixed shapes)."""
-    return cfg.supervision in ("unsup", "sup", "gt", "weak") and cfg.selection != "gao"
+    """Whether `cfg` (resolved) can train in a pack (fixed shapes; a user's layer whose forward
+    runs under vmap, `ablate.models.backbones.unpackable`)."""
+    return (cfg.supervision in ("unsup", "sup", "gt", "weak") and cfg.selection != "gao"
+            and unpackable(cfg.backbone) is None)
 
 
 def pack_key(cfg: TrialConfig) -> str | None:
@@ -118,6 +122,9 @@ def check_pack(cfgs: list[TrialConfig]) -> None:
     """Refuse, in one line naming the first differing axis, configurations that cannot share
     a pack (an axis outside `PACKABLE` differs, or one cannot pack at all)."""
     for c in cfgs:
+        if unpackable(c.backbone):
+            raise ConfigError(f"backbone {c.backbone} cannot train in a pack: "
+                              f"{unpackable(c.backbone)}; it runs seed by seed")
         if not eligible(c):
             raise ConfigError(f"selection={c.selection} cannot train in a pack (data-dependent "
                               "shapes); run it seed by seed")
