@@ -216,11 +216,11 @@ def test_a_final_config_that_raises_is_retried_then_stored_failed(ray_env, capsy
     rows = store.read()
     assert set(rows.status) == {"error"} and set(rows.role) == {"tuned", "reference",
                                                                 "global_pool"}
-    assert all(e.startswith("ValueError: n_colors must be >= 2") and "\n" not in e
+    assert all(e.startswith("ConfigError: n_colors must be >= 2") and "\n" not in e
                for e in rows.error), set(rows.error)
     assert not store.completed()  # a rerun runs them again
     err = capsys.readouterr().err
-    assert f"{arm}: final tuned failed after 2 retries: ValueError: n_colors" in err
+    assert f"{arm}: final tuned failed after 2 retries: ConfigError: n_colors" in err
     assert "nan" not in summary(spec, store)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ablate.data.graphs import GraphSet
+from ablate.errors import ConfigError
 
 GREEN = 1  # index of the green channel (SPEC §1)
 _RETRIES = 50  # duplicate draws in a row before a (size, label) pair counts as exhausted
@@ -57,14 +58,14 @@ def generate(
 ) -> dict[str, GraphSet]:
     """All COLORS splits: train, val, test_orig, test_large, test_largec (SPEC §1)."""
     if n_colors < 2:
-        raise ValueError(f"n_colors must be >= 2 (green and at least one other), got {n_colors}")
+        raise ConfigError(f"n_colors must be >= 2 (green and at least one other), got {n_colors}")
     if max_label < 0:
-        raise ValueError(f"max_label must be >= 0, got {max_label}")
+        raise ConfigError(f"max_label must be >= 0, got {max_label}")
     for lo, hi in ((n_min, n_max), (n_min_large, n_max_large)):
         if not 1 <= lo <= hi:
-            raise ValueError(f"invalid node range [{lo}, {hi}]")
+            raise ConfigError(f"invalid node range [{lo}, {hi}]")
     if min(n_train, n_val, n_test) < 0:
-        raise ValueError("split sizes must be >= 0")
+        raise ConfigError("split sizes must be >= 0")
     dim = effective_feature_dim(n_colors, feature_dim)
     seen: set[bytes] = set()
     bar = tqdm(total=n_train + n_val + 3 * n_test, desc="colors", disable=not progress,
@@ -137,8 +138,8 @@ def _generate_split(
         made = 0
         while made < count:
             if not labels:
-                raise ValueError(f"cannot draw {count} unique COLORS graphs with n = {n}; "
-                                 "lower the split sizes or widen the node range")
+                raise ConfigError(f"cannot draw {count} unique COLORS graphs with n = {n}; "
+                                  "lower the split sizes or widen the node range")
             cycle = rng.permutation(labels)
             for label in cycle:
                 for _ in range(_RETRIES):

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from ablate.data.colors import gnm_num_edges
 from ablate.data.graphs import GraphSet
+from ablate.errors import ConfigError
 
 _CHUNK = 4096  # candidates drawn per chunk (fixed: it shapes the random stream)
 _MAX_FRUITLESS_CHUNKS = 200  # chunks in a row with no accepted graph before giving up
@@ -54,14 +55,14 @@ def generate(
 ) -> dict[str, GraphSet]:
     """All TRIANGLES splits: train, val, test_orig, test_large (SPEC §1)."""
     if n_classes < 1:
-        raise ValueError(f"n_classes must be >= 1, got {n_classes}")
+        raise ConfigError(f"n_classes must be >= 1, got {n_classes}")
     if max_degree < 2:
-        raise ValueError(f"max_degree must be >= 2 for any triangle, got {max_degree}")
+        raise ConfigError(f"max_degree must be >= 2 for any triangle, got {max_degree}")
     for lo, hi in ((n_min, n_max), (n_min_large, n_max_large)):
         if not 3 <= lo <= hi:
-            raise ValueError(f"invalid node range [{lo}, {hi}] (a triangle needs n >= 3)")
+            raise ConfigError(f"invalid node range [{lo}, {hi}] (a triangle needs n >= 3)")
     if min(n_train, n_val, n_test) < 0:
-        raise ValueError("split sizes must be >= 0")
+        raise ConfigError("split sizes must be >= 0")
     seen: set[bytes] = set()
     bar = tqdm(total=n_train + n_val + 2 * n_test, desc="triangles", disable=not progress,
                leave=False)
@@ -173,8 +174,8 @@ def _generate_split(
         fruitless = 0 if accepted else fruitless + 1
         if fruitless >= _MAX_FRUITLESS_CHUNKS:
             missing = [c + 1 for c in range(n_classes) if have[c] < quotas[c]]
-            raise ValueError(f"cannot fill TRIANGLES classes {missing} with n in [{lo}, {hi}] "
-                             f"and max degree {max_degree}; lower the split sizes")
+            raise ConfigError(f"cannot fill TRIANGLES classes {missing} with n in [{lo}, {hi}] "
+                              f"and max degree {max_degree}; lower the split sizes")
     if not xs:
         z = np.zeros(1, np.int64)
         return GraphSet(x=np.zeros((0, max_degree + 1), np.float32), gt=np.zeros(0, np.float32),

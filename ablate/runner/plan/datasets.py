@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 def prepare_datasets(trials: list[Trial], progress: bool = True,
                      display: Progress | None = None) -> dict[str, list[str]]:
     """Build (or load) every dataset recipe once; data hash -> evaluated split names.
-    `progress`: the dataset's own bar while one is built; `display` counts the recipes."""
+    `progress`: the dataset's own bar while one is built; `display` counts the recipes.
+    A `ConfigError` (a data parameter or path refused) is one line naming the dataset; any
+    other error (a damaged cache file, a bug) is raised as it is: its own message and
+    traceback, exit 1, a first run's study folder kept."""
     from ablate.data import dataset_cache_path, load_graphsets
 
     recipes = list({t.data_hash: t for t in trials if t.data_hash is not None}.values())
@@ -38,7 +41,7 @@ def prepare_datasets(trials: list[Trial], progress: bool = True,
             display.advance(i)
         try:
             sets = load_graphsets(t.dataset, progress=progress, **dict(t.data_params))
-        except (ConfigError, ValueError) as e:  # a generator's own check of its parameters
+        except ConfigError as e:  # a data parameter or path the checks refuse (generators too)
             raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
                               "data.KEY=VALUE)") from None
         splits[t.data_hash] = [s for s in sets if s != "train"]

@@ -77,7 +77,8 @@ def main(name: str, argv: list[str]) -> int:
             for cfg in (arm_config(spec, arm), final_config(spec, arm)):
                 try:
                     load_graphsets(cfg.dataset, **cfg.data_kwargs)
-                except (ConfigError, ValueError) as e:  # a generator's own check of its parameters
+                except ConfigError as e:  # a data parameter or path refused (generators too);
+                    # anything else (a damaged cache, a bug) is raised as it is, folder kept
                     raise ConfigError(f"dataset {cfg.dataset}: {e} (dataset parameters are set as "
                                       "data.KEY=VALUE, final_data.KEY=VALUE)") from None
         started = start_ray(spec.ray_address)  # False: joined a Ray already running here
