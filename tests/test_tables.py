@@ -28,7 +28,7 @@ def test_the_docs_hold_the_generated_tables():
                       ("gpu_steps", "performance.md"), ("gpu_recipes", "performance.md"),
                       ("tu_fidelity", "fidelity.md"), ("mnist_reference", "fidelity.md"),
                       ("mnist_fullsize", "fidelity.md"), ("tu_published", "fidelity.md"),
-                      ("adaptive_sim", "performance.md"), ("adaptive_study", "performance.md")):
+                      ("adaptive_betting", "performance.md"), ("adaptive_study", "performance.md")):
         assert f"<!-- generated:{name} -->" in text[doc], (name, doc)
 
 
@@ -76,8 +76,9 @@ def test_the_fullsize_reading_is_computed_from_the_seeds():
     assert "inside the interval: yes; 3 of 3 seeds within 92.3 ± 0.4" in text
     # ours: mean 82.0, sd 2.83, t(1) interval [56.6, 107.4]: wide, so it cannot exclude 92.3
     assert "ours 82.00 [56.6, 107.4] over 2 seeds" in text and "0 of 2 seeds within" in text
-    # pooled sd sqrt((2*0.09 + 1*8)/3) = 1.65; 3 seeds a side: t(4) 2.776 * 1.65 * sqrt(2/3)
-    assert "moves by 1.7 points" in text and "about 3.7 with 3;" in text
+    # pooled sd sqrt((2*0.09 + 1*8)/3) = 1.65; 80% power at 5% two-sided (noncentral t, 8 and
+    # 18 degrees of freedom): 2.024 * 1.65 = 3.3 at 5, 1.325 * 1.65 = 2.2 at 10 seeds a side
+    assert "moves by 1.7 points" in text and "about 3.3 at 5 and 2.2 at 10 seeds a side" in text
     one = tables._fullsize_reading("global", {"authors": [rec(74.0)], "ours": []})
     assert "80 ± 12" in one and "one seed finished" in one and "no seed finished" in one
     assert "moves by" not in one
@@ -95,3 +96,58 @@ def test_tu_costs_leave_out_runs_that_shared_the_machine(tmp_path, monkeypatch):
     (tmp_path / tables.TU_RECORDS).write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     assert tables._tu_seconds() == {"proteins_weak": 7.0}
+
+
+def test_detectable_difference_has_80_percent_power():
+    """The power sentence's difference: t-tests of 5 seeds a side at that difference reject in
+    80% of 40,000 simulated pairs (the 95% half-width would be found about half the time)."""
+    import numpy as np
+    from scipy import stats
+
+    tables = _tables()
+    d = tables.detectable(1.0, 5)
+    assert abs(d - 2.024) < 0.005 and abs(tables.detectable(2.0, 5) - 2 * d) < 1e-9
+    rng = np.random.default_rng(0)
+    hits = stats.ttest_ind(rng.standard_normal((40000, 5)) + d, rng.standard_normal((40000, 5)),
+                           axis=1).pvalue < 0.05
+    assert abs(hits.mean() - 0.8) < 0.01
+    half = stats.t.ppf(0.975, 8) * (2 / 5) ** 0.5
+    assert d > 1.3 * half
+
+
+def _fullsize_rec(side, row, seed, noisy, **extra):
+    return {"side": side, "row": row, "seed": seed, "epochs_total": 30, "n_train": None,
+            "lr_timing": "published", "chunk": 5, "curve": {"30": [97.0, noisy, 80.0]},
+            "seconds": 600.0, "git_sha": "aaaaaaa", "git_dirty": "", **extra}
+
+
+def test_fullsize_counts_one_record_per_side_row_seed_and_prefers_their_one_run(tmp_path, monkeypatch):
+    """A rerun with another --chunk replaces a seed's record instead of adding a second; a
+    record of another length is not a full-size one; the authors' one-run (exact) records take
+    over the comparison only once they cover the replayed seeds; every chunk's commit is in the
+    Source line (issue 53 items 2, 3, 7)."""
+    tables = _tables()
+    old, new = (tmp_path / d for d in tables.FULLSIZE)
+    old.mkdir()
+    new.mkdir()
+    recs = [_fullsize_rec("ours", "global", 0, 70.0), _fullsize_rec("ours", "global", 1, 72.0),
+            _fullsize_rec("ours", "global", 0, 74.0, chunk=10, git_sha="bbbbbbb"),  # the rerun
+            {**_fullsize_rec("ours", "global", 2, 99.0), "epochs_total": 20},
+            _fullsize_rec("authors", "global", 0, 60.0), _fullsize_rec("authors", "global", 1, 62.0)]
+    (old / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    chunks = [{"epochs": [1, 5], "git_sha": "ccccccc", "git_dirty": ""},
+              {"epochs": [6, 30], "git_sha": "ddddddd", "git_dirty": "dirty:12"}]
+    exact = _fullsize_rec("authors", "global", 0, 80.0, resume="exact", chunks=chunks)
+    (new / "records.jsonl").write_text(json.dumps(exact) + "\n")
+    got = tables.mnist_fullsize()
+    assert "| ours | 0,1 | " in got and "73.00 ± 1.41 (74.00 / 72.00)" in got
+    assert "99.00" not in got
+    assert "| authors, replayed chunks | 0,1 | " in got and "| authors, one run | 0 | " in got
+    assert "ours - authors, replayed chunks" in got and "finished 0;" in got
+    (new / "records.jsonl").write_text(
+        json.dumps(exact) + "\n" + json.dumps({**exact, "seed": 1, "curve": {"30": [97, 82.0, 80]}}) + "\n")
+    got = tables.mnist_fullsize()
+    assert "ours - authors, one run" in got and "| authors, replayed chunks | 0,1 | " in got
+    assert "authors 81.00 [" in got  # the reading reads the one-run records
+    assert "commits aaaaaaa, bbbbbbb, ccccccc, ddddddd*" in got
