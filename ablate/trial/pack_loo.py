@@ -34,6 +34,7 @@ from torch import Tensor
 from torch.func import functional_call, vmap
 
 from ablate.data.graphs import GraphSet
+from ablate.models.backbones import is_dense
 from ablate.models.layers import Graph
 from ablate.trial.batches import DenseBatch, eval_batches
 from ablate.trial.local_loo import loo_outputs_members, member_budget, supports_local_loo
@@ -114,7 +115,9 @@ def _dense(stack: MemberStack, params: dict[str, Tensor], hyper: dict[str, Tenso
     def shared_graph(A: Tensor, mask: Tensor) -> Graph:
         """The copies' graph with its operator made once, outside vmap, for every member."""
         graph = Graph(A, mask)
-        if cfg.filters:
+        if cfg.filters and is_dense(cfg.backbone):  # a dense layer reads the adjacency only
+            graph.adjacency()
+        elif cfg.filters:
             graph.operator(cfg.K, cfg.aggregation == "sum")
         return graph
 
