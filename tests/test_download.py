@@ -274,10 +274,15 @@ def test_workers_may_not_download(cache, server, monkeypatch):
 
 
 def _cli(capsys, args: list[str]) -> tuple[int, list[str]]:
+    """Exit code and stderr lines, less the progress display's step lines ("[study] preparing
+    datasets ..."): a step is logged once it has lasted 2 s, as it may on a loaded machine."""
+    import re
+
     from ablate.run import main
 
     code = main(args)
-    return code, capsys.readouterr().err.strip().splitlines()
+    lines = capsys.readouterr().err.strip().splitlines()
+    return code, [ln for ln in lines if not re.match(r"\[[\w.-]+\] ", ln)]
 
 
 def _ray_running() -> bool:

@@ -196,3 +196,58 @@ def test_read_only_store_gives_one_line(tmp_path):
             store.lock()
     finally:
         os.chmod(store.dir, 0o755)
+
+
+def test_a_refused_first_run_checks_what_to_discard_under_the_lock(tmp_path, monkeypatch):
+    """Two first runs of one study: run A, refused, discards the study folder only if nothing
+    but bookkeeping is there once it holds the lock; a trial that run B wrote before A took
+    the lock is never undone (checked before its lock, A removed the study file that B's
+    trial ran with)."""
+    study_file = tmp_path / "s.yaml"
+    study_file.write_text("name: s\n")
+    a, b = Store(tmp_path / "r", "s"), Store(tmp_path / "r", "s")
+    made = a.new_folders()
+    a.keep_study_file(study_file)  # run A's study file; B finds it there and writes none
+    real_lock = Store.lock
+
+    def b_writes_first(self):  # B takes the lock, writes a trial and ends just before A's lock
+        if self is a and not list(b.trials_dir.glob("*.parquet")):
+            real_lock(b)
+            b.write("t", _rows())
+            b.unlock()
+        real_lock(self)
+
+    monkeypatch.setattr(Store, "lock", b_writes_first)
+    assert a.discard_new(made) is False
+    assert list(a.dir.glob("study-*.yaml")) and b.completed() == {"t"}
+
+
+def test_a_run_keeps_its_study_file_under_its_lock(tmp_path, monkeypatch, capsys):
+    """Run B of a study finds the study file that run A (refused, a first run too) kept, and
+    writes none; A removes it before B takes the store's lock. B keeps it again under its
+    lock, so its store is never left without the study file it ran."""
+    from ablate.run import main
+
+    root = tmp_path / "r"
+    a = Store(root, "smoke")
+    real_lock, seen = Store.lock, []
+
+    def a_discards_first(self):  # A's refusal lands between B's first look and B's lock
+        if self.dir == a.dir and not seen:
+            seen.append("lock")
+            assert list(a.dir.glob("study-*.yaml"))  # as B found it
+            real_lock(a)  # A ran to its lock and was refused
+            a.unlock()
+            a.discard_new([a.dir, root])
+            assert not a.dir.exists()
+        real_lock(self)
+
+    def full_disk(self, nbytes=0):  # the driver's next step after the lock: stop before Ray
+        seen.append(sorted(p.name for p in self.dir.glob("study-*.yaml")))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Store, "lock", a_discards_first)
+    monkeypatch.setattr(Store, "check_space", full_disk)
+    assert main(["study=smoke", f"results_dir={root}"]) == 3  # the disk-full line, exit 3
+    assert seen[0] == "lock" and len(seen[1]) == 1, seen  # kept again under B's lock
+    assert "No space left" in capsys.readouterr().out

@@ -128,6 +128,8 @@ def run_study(study: Study, results_dir: str | os.PathLike = "results", force: b
             todo = [t for t in study.trials if force or status.get(t.trial_id) != "ok"]
             summary.skipped = len(study.trials) - len(todo)
             try:  # a disk still full (or a quota reached): the summary line and exit 3, before Ray
+                if study.spec.path is not None:  # again, under the lock: a refused first run
+                    store.keep_study_file(study.spec.path)  # of this study may have removed it
                 if todo:
                     store.check_space()
                 else:

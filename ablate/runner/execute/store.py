@@ -279,19 +279,21 @@ class Store:
         (`new_folders`, taken before the run) while the study folder holds only the run's own
         bookkeeping (its study file, lock and plan) and empty result folders. A folder that
         existed before, or holds anything else, or is locked by another run, is left as is.
-        Returns whether the study folder was removed."""
+        The check and the removal are made under the lock: a run of the same study that holds
+        it is never undone, and one that takes it after keeps its study file again (the
+        driver keeps it under its lock). Returns whether the study folder was removed."""
         if self.dir not in made or not self.dir.is_dir():
             return False
-        entries = list(self.dir.iterdir())
-        for p in entries:
-            empty_dir = p.name in (TRIALS, CURVES) and p.is_dir() and not any(p.iterdir())
-            if not (empty_dir or (p.is_file() and _BOOKKEEPING.match(p.name))):
-                return False
         try:
             self.lock()
         except StoreError:
             return False
         try:
+            entries = list(self.dir.iterdir())
+            for p in entries:
+                empty_dir = p.name in (TRIALS, CURVES) and p.is_dir() and not any(p.iterdir())
+                if not (empty_dir or (p.is_file() and _BOOKKEEPING.match(p.name))):
+                    return False
             for p in entries:
                 p.rmdir() if p.is_dir() else p.unlink(missing_ok=True)
         finally:
