@@ -60,26 +60,29 @@ def _theirs(folder: Path, name: str, scratch: Path) -> float:
 
 
 PEAK = '''
-import resource, sys, time
+import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 side, folder, name, scratch = sys.argv[1:5]
-import numpy, torch, torch_geometric.datasets, pandas  # imports outside the measured growth
+import numpy, torch, torch_geometric.datasets, pandas  # imports outside the measured peak
 from ablate.data.tu_named import read_named
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+from ablate.trial.provenance import peak_rss_mb, reset_peak_rss
+import shutil
+root = Path(scratch) / "peak"
+shutil.copytree(Path(folder) / name, root / name / "raw")
+base = peak_rss_mb()
+reset_peak_rss()  # VmHWM counted afresh from here (Linux)
 if side == "ours":
     read_named(name, folder)
 else:
-    import shutil
-    root = Path(scratch) / "peak"
-    shutil.copytree(Path(folder) / name, root / name / "raw")
     torch_geometric.datasets.TUDataset(str(root), name)
-print("PEAK", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+print("PEAK", peak_rss_mb() - base)
 '''
 
 
 def _peak_growth(side: str, folder: Path, name: str) -> float:
-    """Peak RSS growth (MB) of one read in a fresh process (imports done before)."""
+    """Peak RSS above the process's resident size before the read (MB; VmHWM reset there,
+    Linux), one read in a fresh process with every import done before."""
     with tempfile.TemporaryDirectory() as scratch:
         out = subprocess.run([sys.executable, "-c", PEAK.format(root=str(ROOT)), side, str(folder),
                               name, scratch], capture_output=True, text=True, check=True)
