@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # floor of each part of the package, bottom first; a module may import its own floor or below
 FLOORS = [("ablate.errors", "ablate.atomic", "ablate.compat", "ablate.user_code"), ("ablate.data",),
@@ -74,6 +76,37 @@ def test_no_circle_in_the_other_packages():
                      for d in _resolve(target, names, known) if d != m and not m.startswith(d + ".")}
                  for m, p in known.items()}
         _no_circle(graph)
+    _no_circle(_script_graph(ROOT / "benchmarks"))
+
+
+def _script_graph(folder: Path) -> dict[str, set[str]]:
+    """The scripts of `folder` (not a package) -> the sibling scripts each loads: by name from
+    the folder on sys.path (`import bench_gpu`), or from its file
+    (`importlib.util.spec_from_file_location("tu_fidelity", HERE / "tu_fidelity.py")`)."""
+    scripts = {p.stem: p for p in sorted(folder.glob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in scripts.items():
+        deps = {target.split(".")[0] for target, _, _ in _imports(name, path)}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(
+                    node.func, "id", "")) == "spec_from_file_location":
+                deps |= {Path(c.value).stem for arg in node.args for c in ast.walk(arg)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        graph[name] = {d for d in deps if d in scripts and d != name}
+    return graph
+
+
+def test_the_script_graph_sees_both_ways_a_benchmark_loads_another(tmp_path):
+    """`_script_graph` finds a circle made by a plain import and one by a file load."""
+    (tmp_path / "a.py").write_text("def f():\n    import b\n")
+    (tmp_path / "b.py").write_text("import importlib.util\nfrom pathlib import Path\n"
+                                   "s = importlib.util.spec_from_file_location(\n"
+                                   "    'a', Path(__file__).with_name('a.py'))\n")
+    graph = _script_graph(tmp_path)
+    assert graph == {"a": {"b"}, "b": {"a"}}
+    with pytest.raises(AssertionError, match="import circle: a -> b -> a"):
+        _no_circle(graph)
+    assert _script_graph(ROOT / "benchmarks")["tables"] >= {"tu_fidelity"}  # a file load
 
 
 def _no_circle(graph: dict[str, set[str]]) -> None:
