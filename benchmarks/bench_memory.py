@@ -27,7 +27,10 @@ CPUs) trains two rows of the data set's study for one epoch each and evaluates t
 `--e2e-data mnist_sp` (default) the two ChebyGIN rows of `study=mnist` (global pool,
 supervised attention) on the 70,000 generated images; `--e2e-data dd` the two D&D-200 rows
 of `study=tu` (global pool; weakly supervised attention, whose worker first trains its
-global-pool model and computes the leave-one-node-out attention of every training graph).
+global-pool model and computes the leave-one-node-out attention of every training graph);
+`--e2e-data collab` the two COLLAB rows of `study=tu` (the real COLLAB: a folder holding the
+TU-layout COLLAB.zip that `shared/fixtures/tu/dgcnn_to_tu.py` writes and a checksums.json
+naming its SHA-256, passed with --real-files).
 A sampler reads every process's resident and proportional memory (RSS, PSS) twice a second.
 
     python benchmarks/bench_memory.py                        # every data set, then --e2e
@@ -209,13 +212,17 @@ def child_evaluate(name: str, params: dict) -> dict:
             "accuracy": rec["accuracy"]}
 
 
-# the two rows `--e2e-data` trains (study=mnist's ChebyGIN rows; study=tu's D&D-200 rows)
+# the two rows `--e2e-data` trains (study=mnist's ChebyGIN rows; study=tu's D&D-200 and
+# COLLAB rows)
 E2E_ROWS = {
     "mnist_sp": [{"backbone": "chebygin_ref", "pool_layers": []},
                  {"backbone": "chebygin_ref", "supervision": "sup"}],
     "dd": [{"backbone": "chebynet", "pool_layers": []},
            {"backbone": "chebynet", "pool_layers": [2], "supervision": "weak", "threshold": 0.001,
             "kl_weight": 1.0, "scorer": "fc", "init_dist": "normal"}],
+    "collab": [{"backbone": "chebynet", "pool_layers": []},
+               {"backbone": "chebynet", "pool_layers": [3], "supervision": "weak",
+                "threshold": 0.001, "kl_weight": 1.0, "scorer": "fc", "init_dist": "default"}],
 }
 
 
