@@ -205,13 +205,9 @@ gpus_per_trial: 0
 """
 
 
-@pytest.mark.slow  # a real local Ray: about a minute here
-def test_a_users_layer_and_kind_from_a_study_file_run_on_ray(ray_env, tmp_path, monkeypatch, capsys):
-    """The study file, the layer (in the folder the user runs from) and the kind (in a folder
-    only on the driver's sys.path, not on PYTHONPATH) import in the Ray workers."""
-    from ablate.run import main
-    from ablate.runner.execute.store import read_trials
-
+def _users_folders(tmp_path, monkeypatch):
+    """The user's layer and study file in the folder they run from (`work`, made the working
+    directory) and their kind in a folder only on the driver's sys.path (`lib`)."""
     work, lib = tmp_path / "work", tmp_path / "lib"
     work.mkdir()
     lib.mkdir()
@@ -221,10 +217,35 @@ def test_a_users_layer_and_kind_from_a_study_file_run_on_ray(ray_env, tmp_path, 
     monkeypatch.chdir(work)
     monkeypatch.syspath_prepend(str(lib))
     assert str(lib) not in os.environ.get("PYTHONPATH", "")
+
+
+@pytest.mark.slow  # a real local Ray: about a minute here
+def test_a_users_layer_and_kind_from_a_study_file_run_on_ray(ray_env, tmp_path, monkeypatch):
+    """The study file, the layer (in the folder the user runs from) and the kind (in a folder
+    only on the driver's sys.path, not on PYTHONPATH) import in the Ray workers."""
+    from ablate.run import main
+    from ablate.runner.execute.store import read_trials
+
+    _users_folders(tmp_path, monkeypatch)
     assert main(["study=./mine.yaml", f"results_dir={tmp_path / 'results'}", "progress=none"]) == 0
     df = read_trials(tmp_path / "results", "mine")
     assert set(df.backbone) == {"user_layers_e2e:MeanConv"} and (df.status == "ok").all()
     assert df.trial_id.nunique() == 4 and set(df.seed) == {0, 1}  # global / attention x seeds
+
+
+@pytest.mark.slow
+def test_without_the_drivers_folders_the_workers_cannot_import_the_kind(ray_env, tmp_path,
+                                                                        monkeypatch, capsys):
+    """The control: with no folders sent (`import_paths` empty), the workers do not find the
+    kind that only the driver's sys.path holds, and say so in one line."""
+    from ablate.run import main
+    from ablate.runner.execute import driver
+
+    _users_folders(tmp_path, monkeypatch)
+    monkeypatch.setattr(driver, "import_paths", lambda: [])
+    assert main(["study=./mine.yaml", f"results_dir={tmp_path / 'results'}", "progress=none"]) == 1
+    out = capsys.readouterr()
+    assert "trial kind 'user_kind_e2e:KIND': no module named 'user_kind_e2e'" in out.out + out.err
 
 
 def test_bad_kinds_and_layers_in_a_study_file_are_one_line_before_ray(ray_env, tmp_path,
