@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from _packs import ATOL, CPU, TINY, TRI, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
+from _packs import CPU, TINY, TRI, noise_only, tmp_cache  # noqa: F401 (tmp_cache: autouse fixture)
 
 from ablate.config import ConfigError, TrialConfig, resolve, validate
 from ablate.data import load_graphsets
@@ -78,11 +78,115 @@ PACKS = [dict(supervision="sup"),
          dict(dataset="triangles", data_params=TRI, epochs=4, seeds=(0, 1), supervision="sup")]
 
 
+U = 2.0 ** -24  # float32 unit roundoff
+
+
+def adam_ratio_bound(t: int, betas: tuple[float, float]) -> float:
+    """The largest |m_hat / sqrt(v_hat)| of Adam's step t over every gradient history (eps 0;
+    Kingma & Ba 2015, §2.1, give its limit for one nonzero gradient): Cauchy-Schwarz bounds
+    sum_k a_k |g_k| (a_k = (1-b1) b1^k) by sqrt(v * sum_k a_k^2 / b_k) (b_k = (1-b2) b2^k),
+    then the bias corrections sqrt(1 - b2^t) / (1 - b1^t)."""
+    b1, b2 = betas
+    series = sum((b1 * b1 / b2) ** k for k in range(t))
+    return (1 - b1) * math.sqrt(series / (1 - b2)) * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+
+
+def test_adam_ratio_bound_is_the_largest_step_of_torchs_adam():
+    """`adam_ratio_bound` is reached by the history Cauchy-Schwarz names (g at age k
+    proportional to (b1/b2)^k) and never passed by random histories (torch's Adam, lr 1,
+    eps 0, float64: equal to 1e-12)."""
+    betas, gen = (0.5, 0.999), torch.Generator().manual_seed(0)
+
+    def steps(grads):
+        p = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.Adam([p], lr=1.0, betas=betas, eps=0.0)
+        for g in grads:
+            before = float(p.detach())
+            p.grad = torch.tensor([g], dtype=torch.float64)
+            opt.step()
+            yield abs(float(p.detach()) - before)
+
+    for t in (1, 2, 12, 40):
+        worst = list(steps([(betas[0] / betas[1]) ** (t - i) for i in range(1, t + 1)]))[-1]
+        assert worst == pytest.approx(adam_ratio_bound(t, betas), rel=1e-12)
+        for _ in range(20):
+            grads = (torch.randn(t, generator=gen, dtype=torch.float64)
+                     * 10.0 ** torch.randint(-3, 3, (t,), generator=gen)).tolist()
+            assert all(s <= adam_ratio_bound(i, betas) * (1 + 1e-12)
+                       for i, s in enumerate(steps(grads), 1))
+
+
+def replay_mismatches(cfg, splits, eager: dict, other: dict, betas) -> list[str]:
+    """Where two trainings of the same members, equal but for float32 rounding (padding,
+    fused or capturable Adam), differ by more than rounding can explain; [] when they agree.
+
+    The bounds, from the arithmetic (u = 2^-24; S steps at LR lr_t; B_t = `adam_ratio_bound`):
+    - every element: an Adam step moves it by at most lr_t B_t whatever its gradient, so two
+      runs drift apart by at most D = 2 sum_t lr_t B_t. They do reach O(lr) where a gradient
+      is rounding noise (Adam normalises it to a full step, differently in each run): no
+      tighter bound holds for every element on every CPU;
+    - the median element of each tensor (one whose gradient is not cancelled to noise, as
+      most are; `noise_only` tensors are all noise and skipped): a gradient computed to a
+      relative error rho changes m_hat / sqrt(v_hat) by at most 2 rho B_t (first order), so
+      the runs differ by at most rho D, plus each run's rounding of the parameter, 2 S u |p|.
+      rho = gamma_K = K u / (1 - K u) (Higham) for the K roundings that feed one gradient entry:
+      the sum over the batch's padded nodes, and per layer, forward and backward, one over
+      the width and K_cheb over the nodes.
+    A schedule mistake of one epoch (one LR change late) moves a consistently driven element
+    by about the LR change times the steps of an epoch, far above rho D (asserted)."""
+    per_epoch = math.ceil(len(splits["train"]) / cfg.batch_size)
+    lrs = [lr_at(cfg, e) for e in range(1, cfg.epochs + 1) for _ in range(per_epoch)]
+    drift = 2 * sum(lr * adam_ratio_bound(t, betas) for t, lr in enumerate(lrs, 1))
+    nodes = TrainBatches(splits["train"], CPU).dense.x.shape[1]
+    k = cfg.batch_size * nodes + 2 * len(cfg.filters) * (max(*cfg.filters, cfg.hidden)
+                                                         + cfg.K * nodes)
+    rho = k * U / (1 - k * U)
+    change = min(abs(a - b) for a, b in zip(lrs, lrs[1:]) if a != b)
+    assert rho * drift < change * per_epoch / 100, (rho, drift)  # the test can see a mistake
+    skip, problems = noise_only(cfg, splits), []
+    for name, e in eager.items():
+        e, o = e.detach(), other[name].detach()
+        d = (o - e).abs().flatten()
+        rounding = 2 * len(lrs) * U * (float(e.abs().max()) + drift)
+        worst, at = (float(d.max()), int(d.argmax())) if d.numel() else (0.0, 0)
+        median = float(d.median()) if d.numel() else 0.0
+        where = (f"{name}: max |diff| {worst:.3g} at [{at}] (eager {float(e.flatten()[at]):.6g}, "
+                 f"other {float(o.flatten()[at]):.6g}), median {median:.3g}")
+        if not bool(torch.isfinite(o).all()) or worst > drift + rounding:
+            problems.append(f"{where} > Adam's bound on any element {drift + rounding:.3g}")
+        elif name not in skip and median > rho * drift + rounding:
+            problems.append(f"{where}: median > rounding's bound {rho * drift + rounding:.3g}")
+    return problems
+
+
+def test_replay_mismatches_allow_rounding_noise_not_a_schedule_mistake():
+    """What a 2-core AVX-512 Xeon measured for the TRIANGLES pack (issue 53: 1.6e-4 on a few
+    elements whose gradient is noise, over the old atol 5e-5 + rtol 1e-4) passes; one epoch
+    of steps at the undecayed LR on every element, or a NaN, does not."""
+    cfg = tiny(**PACKS[-1])
+    splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
+    stack = batched.MemberStack([batched.Member(cfg, s) for s in cfg.seeds],
+                                splits["train"].num_features, 1, CPU)
+    eager = {k: v.detach().clone() for k, v in stack.params.items()}
+    noisy = {k: v.clone() for k, v in eager.items()}
+    for k in ("pools.2.proj.0.mlp.0.weight", "layers.1.mlp.0.weight"):
+        noisy[k].view(-1)[:2] += 1.6e-4
+    assert not replay_mismatches(cfg, splits, eager, noisy, (0.5, 0.999))
+    per_epoch = math.ceil(len(splits["train"]) / cfg.batch_size)
+    late = {k: v + (lr_at(cfg, 1) - lr_at(cfg, cfg.epochs)) * per_epoch for k, v in eager.items()}
+    assert len(replay_mismatches(cfg, splits, eager, late, (0.5, 0.999))) == len(eager) - len(
+        noise_only(cfg, splits))
+    noisy["layers.1.mlp.0.weight"].view(-1)[0] = float("nan")
+    assert ["layers.1.mlp.0.weight"] == [p.split(":")[0] for p in replay_mismatches(
+        cfg, splits, eager, noisy, (0.5, 0.999))]
+
+
 @pytest.mark.parametrize("kw", PACKS)
 def test_replayed_step_trains_the_eager_parameters_through_an_lr_decay(kw):
     """Replayed with a graph stand-in that freezes Python values at capture, with the LR
     decayed inside the run and a partial last batch, the step trains the parameters of the
-    eager step (rtol 1e-4); one capture per batch shape."""
+    eager step within what float32 rounding explains (`replay_mismatches`, which names every
+    tensor that differs more); one capture per batch shape."""
     cfg = tiny(**kw)
     splits = load_graphsets(cfg.dataset, **cfg.data_kwargs)
     assert len(splits["train"]) % cfg.batch_size  # a partial last batch
@@ -92,11 +196,9 @@ def test_replayed_step_trains_the_eager_parameters_through_an_lr_decay(kw):
     replayed, ps = _train(cfg, splits, replay=True, graphs=True, log=log)
     assert log["captures"] == 2 and log["replays"] > 0  # full and partial batch shapes
     assert float(ps.opt.param_groups[0]["lr"]) == pytest.approx(lr_at(cfg, cfg.epochs))
-    skip = noise_only(cfg, splits)
-    assert len(skip) <= 2
-    for k in eager:
-        if k not in skip:
-            torch.testing.assert_close(replayed[k], eager[k], rtol=1e-4, atol=ATOL, msg=k)
+    assert len(noise_only(cfg, splits)) <= 2
+    problems = replay_mismatches(cfg, splits, eager, replayed, ps.opt.param_groups[0]["betas"])
+    assert not problems, "\n".join(problems)
 
 
 def test_a_float_lr_would_be_frozen_by_the_capture():
@@ -117,6 +219,7 @@ def test_a_float_lr_would_be_frozen_by_the_capture():
         mp.setattr(pack_step.PackStep, "_check_bound", lambda self: None)  # blind it
         frozen, _ = _train(cfg, splits, replay=True, graphs=True)
     assert any(not torch.allclose(frozen[k], eager[k], rtol=1e-3, atol=1e-4) for k in eager)
+    assert replay_mismatches(cfg, splits, eager, frozen, (0.5, 0.999))  # its bounds see it too
 
 
 @pytest.mark.parametrize("replace, name", [
