@@ -134,6 +134,8 @@ def test_a_study_file_in_the_users_folder_runs_through_ray(user, ray_env, capsys
     assert main(["study=./mine.yaml", "data.target=mygraphs:Nope", "dry_run=true",
                  f"results_dir={out}"]) == 2
     assert "has no attribute 'Nope'" in capsys.readouterr().err
+    assert main(["study=./mine.yaml", "supervision=sup", "pool_layers=[2]", f"results_dir={out}"]) == 2
+    assert "needs ground-truth attention" in capsys.readouterr().err
     assert main(["study=./mine.yaml", f"results_dir={out}"]) == 0
     df = read_trials(str(out), "mine")
     assert set(df["dataset"]) == {"pyg"} and set(df["split"]) == {"val", "test_orig"}

@@ -45,7 +45,19 @@ def prepare_datasets(trials: list[Trial], progress: bool = True,
             raise ConfigError(f"dataset {t.dataset}: {e} (dataset parameters are set as "
                               "data.KEY=VALUE)") from None
         splits[t.data_hash] = [s for s in sets if s != "train"]
+        _check_ground_truth([u for u in trials if u.data_hash == t.data_hash], sets["train"])
     return splits
+
+
+def _check_ground_truth(trials: list[Trial], train) -> None:
+    """Supervised or oracle attention on data without ground-truth attention (a user's PyG
+    set whose graphs carry no `gt`; the TU sets are refused by the config checks already):
+    one ConfigError before Ray starts."""
+    needs = sorted({getattr(t.config, "supervision", None) for t in trials} & {"sup", "gt"})
+    if needs and not (train.gt > 0).any():
+        raise ConfigError(f"dataset {trials[0].dataset}: supervision={needs[0]} needs "
+                          "ground-truth attention, and its training graphs have none (a node "
+                          "attribute gt); use weak or unsup")
 
 
 def check_data_paths(study: Study) -> list[str]:
