@@ -602,7 +602,8 @@ MEMORY_LOGS = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/
                "cpu-2026-11-27-memory-real/bench_memory.log",
                "cpu-2026-11-27-memory-real/bench_memory_after.log",
                "cpu-2026-11-28-memory-mnist/bench_memory.log",
-               "cpu-2026-11-28-memory-full/bench_memory.log"]
+               "cpu-2026-11-28-memory-full/bench_memory.log",
+               "cpu-2026-12-02-memory-collab/bench_memory.log"]
 
 
 # end-to-end runs also come from logs whose preparation lines were cache hits (not first use)
@@ -612,7 +613,8 @@ E2E_LOGS = [*MEMORY_LOGS, "cpu-2026-11-28-memory-runner/bench_memory_dd.log"]
 MEMORY_NAMES = {"colors": "COLORS", "triangles": "TRIANGLES",
                 "mnist_sp": "MNIST-75SP (generated digits)", "dd": "D&D-shaped",
                 "collab": "COLLAB-shaped", "mnist_sp_real": "MNIST-75SP (real)",
-                "proteins_real": "PROTEINS (real)", "dd_real": "D&D (real)"}
+                "proteins_real": "PROTEINS (real)", "dd_real": "D&D (real)",
+                "collab_real": "COLLAB (real)"}
 
 
 def _memory_label(name: str) -> str:
@@ -669,7 +671,7 @@ def memory_e2e() -> str:
         return "No end-to-end run kept.\n"
     out = []
     for rec, rel, sha, dirty in latest.values():
-        data = {"dd": "D&D", "mnist_sp": "MNIST-75SP"}.get(rec["data"], rec["data"])
+        data = {"dd": "D&D", "mnist_sp": "MNIST-75SP", "collab": "COLLAB"}.get(rec["data"], rec["data"])
         trials = "; ".join(
             f"{'global pool' if not t['pool_layers'] else t['supervision']}: train "
             f"{t['train_s']:.0f} s, evaluate {t['eval_s']:.0f} s, own peak {t['peak_rss_mb']:.0f} MB"
