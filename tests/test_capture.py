@@ -109,11 +109,11 @@ def test_adam_ratio_bound_is_the_largest_step_of_torchs_adam():
     for t in (1, 2, 12, 40):
         worst = list(steps([(betas[0] / betas[1]) ** (t - i) for i in range(1, t + 1)]))[-1]
         assert worst == pytest.approx(adam_ratio_bound(t, betas), rel=1e-12)
-        for _ in range(20):
-            grads = (torch.randn(t, generator=gen, dtype=torch.float64)
-                     * 10.0 ** torch.randint(-3, 3, (t,), generator=gen)).tolist()
-            assert all(s <= adam_ratio_bound(i, betas) * (1 + 1e-12)
-                       for i, s in enumerate(steps(grads), 1))
+    for _ in range(10):  # every step of 40, against its own bound
+        grads = (torch.randn(40, generator=gen, dtype=torch.float64)
+                 * 10.0 ** torch.randint(-3, 3, (40,), generator=gen)).tolist()
+        assert all(s <= adam_ratio_bound(i, betas) * (1 + 1e-12)
+                   for i, s in enumerate(steps(grads), 1))
 
 
 def replay_mismatches(cfg, splits, eager: dict, other: dict, betas) -> list[str]:
