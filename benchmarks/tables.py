@@ -781,6 +781,7 @@ TABLES: dict[str, Callable[[], str]] = {
 }
 sys.path.insert(0, str(ROOT / "benchmarks"))  # tables_adaptive: the adaptive-seed tables (issue 54)
 TABLES.update(__import__("tables_adaptive").TABLES)
+TABLES.update(__import__("tables_open").TABLES)  # tables_open: the open data sets (issue 52)
 
 
 def render(text: str) -> str:

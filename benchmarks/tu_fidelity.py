@@ -248,6 +248,46 @@ def markdown(groups: dict[tuple[str, str], list[float]]) -> None:
         print(f"| {NAMES[row]} | {cell(a)} | {cell(b)} | {p} | {seeds} |")
 
 
+def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float, float]:
+    """mean(a) - mean(b), its Welch interval at `level` (unequal variances, Welch-Satterthwaite
+    degrees of freedom) and Welch's two-sided p."""
+    from scipy import stats
+
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    diff = float(np.mean(a) - np.mean(b))
+    se = float(np.sqrt(va + vb))
+    if se == 0:
+        return diff, diff, diff, (1.0 if diff == 0 else 0.0)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return diff, diff - half, diff + half, float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+# the published COLLAB figures (SPEC §5): the paper's weakly supervised ChebyNet, the authors'
+# notebook's global max pooling before their tuning
+COLLAB_PUBLISHED = {"collab_global": "notebook 65.90 ± 3.01", "collab_weak": "paper 66.97"}
+
+
+def difference_markdown(groups: dict[tuple[str, str], list[float]], rows: list[str]) -> None:
+    """Per row: both sides' mean ± std (ddof 1) and seeds, ours - theirs with its 95% Welch
+    interval and p, and the published figure."""
+    print("| row | ours: mean ± std (n) | the authors' code: mean ± std (n) | ours - theirs "
+          "[95% Welch] | Welch p | published |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        a, b = groups.get((row, "ours"), []), groups.get((row, "authors"), [])
+        if not a and not b:
+            continue
+        cell = lambda v: (f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f} ({len(v)})" if len(v) > 1  # noqa: E731
+                          else f"{v[0]:.2f} (1)" if v else "not run")
+        diff = p = "-"
+        if len(a) > 1 and len(b) > 1:
+            d, lo, hi, pv = welch_interval(a, b)
+            diff, p = f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]", f"{pv:.2f}"
+        print(f"| {NAMES[row]} | {cell(a)} | {cell(b)} | {diff} | {p} | "
+              f"{COLLAB_PUBLISHED.get(row, '-')} |")
+
+
 TIMINGS = ("early", "published")  # the LR timings, oldest first (records before issue 41: early)
 
 

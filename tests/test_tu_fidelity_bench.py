@@ -97,3 +97,17 @@ def test_collab_weak_gets_their_readme_command(fake, tmp_path):
     assert "numpy.int = int" in (tmp_path / "numpy_alias" / "sitecustomize.py").read_text()
     proteins = Path(bench.run_authors("proteins_weak", 1, fake, tmp_path, tmp_path, 50, tmp_path)["log"])
     assert "--pool attn_sup_threshold_skip_skip_0.001 " in proteins.read_text()
+
+
+def test_the_welch_interval_of_a_difference_by_hand():
+    """ours - theirs with its 95% Welch interval: a = [1, 2, 3], b = [2, 4]: diff -1, se^2 =
+    1/3 + 2/2 = 4/3, df = (4/3)^2 / ((1/3)^2 / 2 + 1^2 / 1) = 1.6842, t(0.975, df) = 5.1762,
+    half-width 5.1762 * sqrt(4/3) = 5.977."""
+    from scipy import stats
+
+    d, lo, hi, p = bench.welch_interval([1.0, 2.0, 3.0], [2.0, 4.0])
+    df = (4 / 3) ** 2 / ((1 / 3) ** 2 / 2 + 1.0)
+    half = stats.t.ppf(0.975, df) * (4 / 3) ** 0.5
+    assert d == pytest.approx(-1.0) and (lo, hi) == (pytest.approx(-1 - half), pytest.approx(-1 + half))
+    assert df == pytest.approx(1.6842, abs=1e-4) and half == pytest.approx(5.977, abs=1e-3)
+    assert p == pytest.approx(stats.ttest_ind([1, 2, 3], [2, 4], equal_var=False).pvalue)

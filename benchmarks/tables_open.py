@@ -1,0 +1,111 @@
+"""Generated tables of the open data sets (issue 52): COLLAB beside the authors' code, reading a
+TU set against PyG, and the study beyond the paper's data sets.
+
+Called from `benchmarks/tables.py` (its `TABLES` registry); each function reads its records
+under `benchmarks/results/` and returns the Markdown of one `<!-- generated:NAME -->` section.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+COLLAB_RECORDS = "cpu-2026-12-02-collab-fidelity/tu_fidelity.jsonl"
+TU_READ = "cpu-2026-12-02-tu-read/tu_read.json"
+BEYOND = "cpu-2026-12-02-tu-beyond/summary.json"
+
+
+@functools.cache
+def _tu():
+    spec = importlib.util.spec_from_file_location("tu_fidelity", Path(__file__).with_name("tu_fidelity.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _missing(rel: str, command: str) -> str:
+    return f"*(no record yet: `benchmarks/results/{rel}`; `{command}` makes it)*\n"
+
+
+def _commits(recs: list[dict]) -> str:
+    shas = sorted({(r.get("git_sha") or "")[:7] + ("*" if r.get("git_dirty") else "") for r in recs})
+    return "commits " + ", ".join(s for s in shas if s) + (" (* = modified tree)" if any(
+        s.endswith("*") for s in shas) else "")
+
+
+def tu_collab() -> str:
+    """COLLAB's global-pool and weak rows, ours beside the authors' code on the same splits."""
+    path = RESULTS / COLLAB_RECORDS
+    if not path.is_file():
+        return _missing(COLLAB_RECORDS, "python benchmarks/tu_fidelity.py --rows collab_global,collab_weak")
+    tu = _tu()
+    recs, _ = tu.comparable([json.loads(x) for x in path.read_text().splitlines() if x.strip()])
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in sorted(recs, key=lambda r: r["seed"]):
+        groups.setdefault((r["row"], r["side"]), []).append(r["test_acc"])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        tu.difference_markdown(groups, ["collab_global", "collab_weak"])
+    seeds = {side: sorted({r["seed"] for r in recs if r["side"] == side}) for side in ("ours", "authors")}
+    theirs = sorted({r.get("authors_commit", "")[:7] for r in recs if r["side"] == "authors"} - {""})
+    return buf.getvalue() + (
+        f"\nTest accuracy (%) on the 4,500 graphs not trained on (500 of the 681 graphs with N <= 35 "
+        f"train, the authors' draw, `same_split` checked against their `DataReader`); std with "
+        f"ddof 1. Seeds: ours {seeds['ours']}, theirs {seeds['authors']}. Source: "
+        f"`benchmarks/results/{COLLAB_RECORDS}` (`python benchmarks/tu_fidelity.py --rows "
+        f"collab_global,collab_weak`; {_commits(recs)}; their checkout {', '.join(theirs) or '-'}; "
+        f"{recs[0].get('machine', '') if recs else ''}, one torch thread per run, other work on "
+        "the cores).\n")
+
+
+def tu_read() -> str:
+    """Reading a TU set: ours against PyG's `TUDataset` on the same files."""
+    path = RESULTS / TU_READ
+    if not path.is_file():
+        return _missing(TU_READ, "python benchmarks/bench_tu_read.py")
+    doc = json.loads(path.read_text())
+    out = ["| set | ours: median s | PyG TUDataset: median s | PyG / ours (median of per-run "
+           "ratios) | peak memory of a read, ours / PyG |", "|---|---:|---:|---:|---:|"]
+    for r in doc["records"]:
+        out.append(f"| {r['set']} | {r['ours_median_s']:.3f} | {r['theirs_median_s']:.3f} | "
+                   f"{r['ratio_median']:.1f}x | {r['ours_peak_growth_mb']:.0f} / "
+                   f"{r['theirs_peak_growth_mb']:.0f} MB |")
+    sha = doc["git_sha"] + ("*" if doc.get("git_dirty") else "")
+    return "\n".join(out) + (
+        f"\n\n{doc['records'][0]['repeats']} runs a side, alternating which goes first; PyG "
+        f"processes its raw files into a fresh root each run (a first use), ours reads them into "
+        f"a `GraphSet`. Source: `benchmarks/results/{TU_READ}` (`{doc['command']}`; commit "
+        f"{sha}; {doc['machine']}; load {doc['load_1min_end']} at the end; torch_geometric "
+        f"{doc['torch_geometric']}).\n")
+
+
+def tu_beyond() -> str:
+    """The study beyond the paper's data sets: rows per data set and backbone, folds x seeds."""
+    path = RESULTS / BEYOND
+    if not path.is_file():
+        return _missing(BEYOND, "python benchmarks/tu_beyond_summary.py STORE")
+    doc = json.loads(path.read_text())
+    out = ["| data set | backbone | global pool | unsup attention | weak attention | weak - global "
+           "[95% CI, paired] | unsup - global [95% CI, paired] |", "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        cells = [r["cells"].get(k) for k in ("global", "unsup", "weak")]
+        fmt = [f"{c['mean']:.1f} ± {c['std']:.1f} ({c['n']})" if c else "not run" for c in cells]
+        diffs = []
+        for k in ("weak", "unsup"):
+            d = r["diffs"].get(k)
+            diffs.append(f"{d['mean']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}] ({d['pairs']})" if d else "-")
+        out.append(f"| {r['dataset']} | {r['backbone']} | {' | '.join(fmt)} | {' | '.join(diffs)} |")
+    return "\n".join(out) + (
+        f"\n\nTest accuracy (%) on the held-out fold, mean ± std over folds x seeds (n); the "
+        f"differences pair the runs of one fold and seed (mean over pairs, a t interval over "
+        f"the fold-and-seed pairs). {doc['done']} of {doc['planned']} trials finished. Source: "
+        f"`benchmarks/results/{BEYOND}` (`{doc['command']}`; {doc['commits']}; "
+        f"{doc['machine']}).\n")
+
+
+TABLES = {"tu_collab": tu_collab, "tu_read": tu_read, "tu_beyond": tu_beyond}
