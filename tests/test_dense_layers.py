@@ -87,6 +87,28 @@ def test_a_pooled_out_node_leaves_with_its_edges(name):
             assert out[b, ~keep[b]].abs().max() == 0
 
 
+@pytest.mark.parametrize("name", DENSE)
+def test_declared_units_cover_the_tensors_a_dense_layer_holds(name):
+    """`footprint.DENSE_UNITS`: the (N, N) tensors alive at once evaluating a model of the layer
+    on one 400-node graph, pooled and not (A, made before, is one of the units), and not
+    absurdly more."""
+    from test_footprint import _adjacency, _Live
+
+    from ablate.trial import footprint
+
+    n = 400
+    unit = 4 * n * n
+    for pool in ((), (2,)):
+        cfg = resolve(TrialConfig(dataset="dd", backbone=name, pool_layers=pool, threshold=1e-3))
+        net = GraphNet(cfg, 8, 2).eval()
+        mask = torch.arange(n).unsqueeze(0) < n - 7
+        A, x = _adjacency(n, 1), torch.randn(1, n, 8)
+        with torch.no_grad(), _Live() as live:
+            net(x, Graph(A, mask))
+        units = footprint.dense_units(cfg)
+        assert units - 2 < live.peak / unit + 1 <= units, (pool, live.peak / unit)
+
+
 def test_names_resolve_as_documented_and_the_papers_ids_stay():
     assert set(DENSE) <= set(BACKBONES)
     gin = resolve(TrialConfig(dataset="colors", backbone="dense_gin"))

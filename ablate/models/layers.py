@@ -46,7 +46,7 @@ class Graph:
         node's edges leave it too."""
         if self._adj is None:
             with torch.no_grad():  # depends on the graph only, never on parameters
-                self._adj = self.A * (self.maskf.unsqueeze(2) * self.maskf.unsqueeze(1))
+                self._adj = (self.A * self.maskf.unsqueeze(2)).mul_(self.maskf.unsqueeze(1))
         return self._adj
 
     def operator(self, K: int, sum_aggregation: bool) -> Tensor:

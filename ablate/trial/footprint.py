@@ -43,6 +43,7 @@ fits; `benchmarks/bench_memory.py` sets both beside real trials at full size.
 from __future__ import annotations
 
 from ablate.config import TrialConfig
+from ablate.models.backbones import is_dense
 from ablate.trial.batches import EVAL_ENTRIES  # adjacency entries of an evaluation batch
 from ablate.trial.weak import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
 from ablate.trial.weak import LOO_MAX_NODES  # evaluation's leave-one-out skips larger graphs
@@ -65,23 +66,43 @@ def operator_units(K: int) -> int:
     return 2 if K == 1 else 2 * K
 
 
-def batch_bytes(entries: int, K: int, points: bool) -> int:
+# (B, N, N) float32 tensors alive at once while a dense layer runs in evaluation, A included
+# (`ablate.models.backbones`): A, the induced adjacency (`Graph.adjacency`), and the layer's own:
+# DenseGCNConv's adjacency with self-loops and its normalised copy, DenseGATConv's attention
+# scores through leaky ReLU, mask and softmax; the others read the adjacency only. Counted from
+# their code, checked against the tensors alive (`tests/test_dense_layers.py`).
+DENSE_UNITS = {"dense_gcn": 6, "dense_gat": 6, "dense_gin": 3, "dense_graph": 3, "dense_sage": 3}
+USER_LAYER_UNITS = 6  # a user's layer: not known here; counted as the most of PyG's five
+
+
+def dense_units(cfg: TrialConfig) -> int | None:
+    """(B, N, N) tensors of a batch's size alive at once in a dense layer of `cfg`'s backbone
+    (`DENSE_UNITS`); None for the paper's family (`operator_units` counts it)."""
+    if not is_dense(cfg.backbone):
+        return None
+    return DENSE_UNITS.get(cfg.backbone, USER_LAYER_UNITS)
+
+
+def batch_bytes(entries: int, K: int, points: bool, units: int | None = None) -> int:
     """Bytes of (B, N, N) tensors resident at an evaluation batch's peak (`entries`: its
     adjacency's): `operator_units`, and for K > 1 L and T_0, freed just before the operator is
     made, whose pages a heap keeps when they are under `ARENA_CHUNK`; or, before the operator,
-    the float64 derivation of a point graph's adjacency (`ablate.data.kernel.adjacency_batch`)."""
+    the float64 derivation of a point graph's adjacency (`ablate.data.kernel.adjacency_batch`).
+    `units`: a dense layer's (`dense_units`) instead of the family's operator."""
     unit = F32 * entries
+    if units is not None:
+        return max(units * unit, POINT_UNITS * unit if points else 0)
     freed = 2 * unit if K > 1 and unit < ARENA_CHUNK else 0
     return max(operator_units(K) * unit + freed, POINT_UNITS * unit if points else 0)
 
 
-def loo_bytes(n: int, K: int, width: int, graphs: int) -> int:
+def loo_bytes(n: int, K: int, width: int, graphs: int, units: int | None = None) -> int:
     """Bytes of one leave-one-out chunk of a split's (`graphs`) graphs of `n` nodes: the
     copies' adjacency and operator (`batch_bytes` of their N^3 entries) and their activations
     (2K + 2 per node and channel). Graphs per chunk as `ablate.trial.weak.copies_entries`
     and `pack_loo` count them: their N^3 (K + 1) + N^2 width entries fill `LOO_ENTRIES`."""
     per_graph = max(1, min(graphs, LOO_ENTRIES // max(1, n ** 3 * (K + 1) + n * n * width)))
-    return (batch_bytes(per_graph * n ** 3, K, False)
+    return (batch_bytes(per_graph * n ** 3, K, False, units)
             + F32 * (2 * K + 2) * per_graph * n * n * width)
 
 
@@ -116,17 +137,19 @@ def working_set(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
     # a test split small enough is kept collated while it is evaluated (`EvalBatches`)
     evaluated = max([_eval_kept(s, keep_entries) for k, s in splits.items()
                      if k not in ("train", "val")] or [0])
-    phases = [evaluated + batch_bytes(entries, K, points)
+    units = dense_units(cfg)
+    phases = [evaluated + batch_bytes(entries, K, points, units)
               + F32 * nodes * width * (2 * K + 2) * min(members, 8)]
     tests = [s for k, s in splits.items() if k not in ("train", "val") and s.get("gt", True)]
     if not cfg.pool_layers and cfg.loo_auc and tests:  # the batch's A and operator stay
         n = min(LOO_MAX_NODES, max(s["max_nodes"] for s in tests))
         g = max(s["graphs"] for s in tests)
         phases.append(evaluated + F32 * (K + 1) * EVAL_ENTRIES
-                      + max(loo_bytes(m, K, width, g) for m in range(1, n + 1)))
+                      + max(loo_bytes(m, K, width, g, units) for m in range(1, n + 1)))
     if cfg.supervision == "weak":  # model B: the training split by leave-one-out
         phases.append(_eval_kept(train, keep_entries) + max(
-            loo_bytes(m, K, width, train["graphs"]) for m in range(1, train["max_nodes"] + 1)))
+            loo_bytes(m, K, width, train["graphs"], units)
+            for m in range(1, train["max_nodes"] + 1)))
     return int(kept + max(phases) + HEAP_KEPT)
 
 
