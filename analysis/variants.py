@@ -20,9 +20,13 @@ import numpy as np
 import pandas as pd
 
 BACKBONE_NAMES = {"gcn": "GCN", "gin": "GIN", "chebynet": "ChebyNet", "chebygin": "ChebyGIN",
-                  "chebygin_ref": "ChebyGIN (ref. script)"}
+                  "chebygin_ref": "ChebyGIN (ref. script)",
+                  # PyG's dense layers (ablate.models.backbones), by their classes' names
+                  "dense_gcn": "DenseGCN", "dense_gin": "DenseGIN", "dense_graph": "DenseGraph",
+                  "dense_sage": "DenseSAGE", "dense_gat": "DenseGAT"}
 SUPERVISION_ORDER = {"global": 0, "unsup": 1, "weak": 2, "sup": 3, "gt": 4}
-BACKBONE_ORDER = {"gcn": 0, "gin": 1, "chebynet": 2, "chebygin": 3, "chebygin_ref": 4}
+BACKBONE_ORDER = {"gcn": 0, "gin": 1, "chebynet": 2, "chebygin": 3, "chebygin_ref": 4,
+                  "dense_gcn": 5, "dense_gin": 6, "dense_graph": 7, "dense_sage": 8, "dense_gat": 9}
 SELECTION_NAMES = {"threshold": "", "topk": " top-k", "gao": " gPool"}
 
 # axes that may define table rows (besides the variant itself); not speed-only knobs
