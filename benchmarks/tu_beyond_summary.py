@@ -1,0 +1,88 @@
+"""The beyond-the-paper study's record (`studies/tu_beyond.yaml`, issue 52): per data set and
+backbone, global pool / unsup / weak accuracy over folds x seeds and the paired differences.
+
+    python benchmarks/tu_beyond_summary.py RESULTS_DIR [--study tu_beyond] [--out FILE]
+
+Reads the study's result store (`ablate.read_trials`), keeps the finished runs of the held-out
+fold (`test_orig`), and writes benchmarks/results/<machine-date>-tu-beyond/summary.json: for
+every (data set, backbone), each row's mean, std (ddof 1) and n over folds x seeds, and the
+difference of weak and of unsup attention to global pooling over the (fold, seed) pairs both
+rows finished, with a t interval over those pairs. The commits the trials ran at (from the
+store) and the machine are in the record; the report (`python -m analysis.report`) has the
+rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def summarise(df) -> dict:
+    """The per-(data set, backbone) cells and paired differences of a `read_trials` frame."""
+    from scipy import stats
+
+    ok = df[(df["status"] == "ok") & (df["split"] == "test_orig")].copy()
+    ok["row"] = np.where(ok["pool_layers"].astype(str) == "", "global", ok["supervision"])
+    ok["fold"] = [json.loads(p).get("fold") for p in ok["data_params"]]
+    rows = []
+    for (dataset, backbone), g in sorted(ok.groupby(["dataset", "backbone"]), key=lambda kv: kv[0]):
+        cells, runs = {}, {}
+        for row, h in g.groupby("row"):
+            v = 100 * h["accuracy"].to_numpy(float)
+            cells[row] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+                          "n": int(len(v)), "folds": int(h["fold"].nunique())}
+            runs[row] = dict(zip(zip(h["fold"], h["seed"]), v))
+        diffs = {}
+        for row in ("weak", "unsup"):
+            pairs = sorted(set(runs.get(row, {})) & set(runs.get("global", {})))
+            if len(pairs) < 2:
+                continue
+            d = np.array([runs[row][k] - runs["global"][k] for k in pairs])
+            half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
+            diffs[row] = {"mean": float(d.mean()), "lo": float(d.mean() - half),
+                          "hi": float(d.mean() + half), "pairs": len(pairs)}
+        rows.append({"dataset": dataset, "backbone": backbone, "cells": cells, "diffs": diffs})
+    return {"rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--study", default="tu_beyond")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    from ablate import read_trials
+    from ablate.runner.study.expand import build_study
+
+    df = read_trials(str(args.results), args.study)
+    doc = summarise(df)
+    planned = len(build_study(args.study, ["data.path=/nonexistent-not-read"])[0].trials) \
+        if args.study == "tu_beyond" else None
+    shas = sorted({str(s)[:7] + ("*" if d else "") for s, d in zip(df["git_sha"], df["git_dirty"])})
+    doc.update(done=int(df["trial_id"].nunique()), planned=planned,
+               commits="commits " + ", ".join(shas) + (" (* = modified tree)" if any(
+                   s.endswith("*") for s in shas) else ""),
+               machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+               command=f"python -m ablate.run study={args.study}; python benchmarks/"
+                       f"tu_beyond_summary.py RESULTS",
+               written=time.strftime("%Y-%m-%d %H:%M"))
+    out = args.out or ROOT / "benchmarks" / "results" / f"cpu-{time.strftime('%Y-%m-%d')}-tu-beyond" \
+        / "summary.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out}: {doc['done']} of {planned} trials")
+
+
+if __name__ == "__main__":
+    main()
