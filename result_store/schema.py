@@ -26,8 +26,8 @@ from result_store.encodings import native_value
 
 # The schema version this code writes and reads (and every version below it). v2 added the
 # GPU provenance columns (`since=2`); a v1 file lacks them and reads with them null. v3 added
-# `git_dirty` (`since=3`).
-VERSION = 3
+# `git_dirty` (`since=3`), v4 `dataset_source` (`since=4`).
+VERSION = 4
 META_VERSION, META_KIND, META_PART = b"ablate.schema_version", b"ablate.kind", b"ablate.part"
 KINDS = ("graph", "sdc")
 PARTS = ("trials", "curves")
@@ -181,6 +181,9 @@ COLUMNS: tuple[Column, ...] = (
     _c("node_id", _S, "the worker's Ray node id"),
     _c("gpu_ids", _S, "GPU ids Ray assigned, comma-separated (\"\" = none)"),
     _c("dataset_hash", _S, "hash of the dataset recipe"),
+    _c("dataset_source", _S, "the downloaded zip a TU set's files came from, 'sha256:HEX' "
+       "(with ' (first use)' where no published sum checked it: recorded when fetched); \"\" "
+       "for generated data or files put in place by hand", ("graph",), since=4),
     _c("git_sha", _S, "commit of the trainer's checkout"),
     _c("git_dirty", _S, "\"\" for a clean checkout; else 'dirty:' and a hash of its uncommitted "
        "diff (the code that ran is not the commit)", since=3),

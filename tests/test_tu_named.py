@@ -167,3 +167,9 @@ def test_first_download_of_a_set_without_a_published_sum_records_it(tmp_path, mo
     meta = read_meta(dataset_cache_path("tu:MUTAG", {"protocol": "cv", "fold": 0}))
     assert meta["source"]["sha256"] == record["sha256"]
     assert len(splits["test_orig"]) in (18, 19)
+    from ablate.config import TrialConfig
+    from ablate.trial.graph import run_trial
+
+    recs = run_trial(TrialConfig(dataset="tu:MUTAG", backbone="gcn", pool_layers=(), epochs=1,
+                                 loo_auc=False, data_params={"url": srv.url, "protocol": "cv"}))
+    assert {r["dataset_source"] for r in recs} == {f"sha256:{record['sha256']} (first use)"}

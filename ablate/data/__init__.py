@@ -309,13 +309,31 @@ def load_graphsets(name: str, progress: bool = False, **params) -> dict[str, Gra
                                                    progress))
     splits = _generator(name)(progress=progress, **kwargs)
     meta = {"name": name, "params": resolved}
-    if is_tu(name):  # the zip the files came from, as fetched (None: files put by hand)
+    if is_tu(name) or name in TU_NAMES:  # the zip the files came from (None: put by hand)
         from ablate.data.tu import find_tu_folder
 
-        meta["source"] = download.source_record(find_tu_folder(tu_name(name), kwargs["path"]))
+        label = tu_name(name) if is_tu(name) else download.source(name).label
+        meta["source"] = download.source_record(find_tu_folder(label, kwargs["path"]))
     save_splits(path, splits, meta)
     del splits  # the file's memory-mapped arrays replace the generator's copies
     return load_splits(path)
+
+
+def dataset_source(name: str, params: dict | None = None) -> str:
+    """The prepared recipe's raw zip as trial provenance: 'sha256:HEX' (' (first use)' where
+    no published sum checked it), '' for generated data or files put in place by hand."""
+    from ablate.data.cache import read_meta
+
+    if not (is_tu(name) or name in TU_NAMES):
+        return ""
+    try:
+        record = read_meta(dataset_cache_path(name, params)).get("source") or {}
+    except (OSError, ValueError, StaleCache):
+        return ""
+    algo = next((a for a in ("sha256", "md5") if a in record), None)
+    if algo is None:
+        return ""
+    return f"{algo}:{record[algo]}" + ("" if record.get("checked") else " (first use)")
 
 
 def load_dataset(name: str, **params) -> dict[str, list[Data]]:

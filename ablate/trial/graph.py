@@ -16,7 +16,7 @@ import time
 import torch
 
 from ablate.config import TrialConfig, axes, inapplicable, resolve, trial_id
-from ablate.data import GraphSet, dataset_recipe_hash, load_graphsets
+from ablate.data import GraphSet, dataset_recipe_hash, dataset_source, load_graphsets
 from ablate.errors import NaNLoss
 from ablate.trial import packed
 from ablate.trial.batches import TrainBatches, eval_batches
@@ -115,6 +115,7 @@ def run_pack_full(configs: list[TrialConfig], twin_lone: bool = False) -> list[T
             outcomes[(i, seed)] = got
             size[i] = len(owners)
     prov = provenance(data_hash, device)  # one dataset recipe, process and device for the pack
+    prov["dataset_source"] = dataset_source(first.dataset, first.data_kwargs)
     results = []
     for i, cfg in enumerate(cfgs):
         common = {**axes(cfg), **prov}
