@@ -9,20 +9,17 @@ A registered section (`analysis.sections`): a study without the file gets none.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 import analysis.builtin_sections  # noqa: F401  registered first: this section follows them
+from analysis.adaptive_decisions import DECISIONS_FILE, read_decisions  # noqa: F401  (here too)
 from analysis.formatting import dataset_name
 from analysis.sections import Context, Section, register_section
 from analysis.sequences import ASYMPTOTIC_T_MIN
 from analysis.table_render import Table
 
-# ablate.runner.plan.adaptive.DECISIONS_FILE (analysis imports nothing from ablate; a test
-# keeps the two equal)
-DECISIONS_FILE = "adaptive.json"
 WORDS = {"greater": "higher than its baseline", "less": "lower than its baseline",
          "equivalent": "equivalent (within ±{eq})", "open": "open (not decided)",
          "absent": "no such split in this recipe's data"}
@@ -39,16 +36,12 @@ SEQUENCE_WORDS = {
     "prpl_eb": "the predictable plug-in empirical-Bernstein sequence of Waudby-Smith & Ramdas "
                "(JRSS-B 2024), exact at every number of seeds, wide at few",
 }
+METRIC_WORDS = {
+    "accuracy": "accuracy on the split named",
+    "auc": "the attention AUC of the first pooling layer over the nodes of all test graphs of "
+           "the seed together (the main table's AUC column, the same on every split)",
+}
 SEQUENCE_WORDS["exact"] = SEQUENCE_WORDS["prpl_eb"]  # its name in files before issue 54
-
-
-def read_decisions(study_dir: Path) -> dict | None:
-    """The decisions file of a study folder, or None when the study is not adaptive."""
-    path = Path(study_dir) / DECISIONS_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 @register_section("adaptive", lambda df: pd.Series(True, index=df.index))
@@ -69,7 +62,7 @@ def adaptive_section(ctx: Context) -> Section:
         last = (f"[{100 * c['lo'][-1]:+.1f}, {100 * c['hi'][-1]:+.1f}] points" if c["lo"]
                 else "-")
         body.append([c["row"], c["baseline"], c["axis"],
-                     f"{dataset_name(c['dataset'])} / {c['split']}",
+                     f"{dataset_name(c['dataset'])} / {_where(opts, c['split'])}",
                      WORDS[c["decision"]].format(eq=f"{100 * eq:g} points"),
                      str(c["round"] or "-"), str(c["seeds"]), last])
     data = pd.DataFrame([{k: v for k, v in c.items() if k not in ("lo", "hi", "at")}
@@ -87,7 +80,8 @@ def adaptive_section(ctx: Context) -> Section:
             f"saved, {later} not run yet: the study stopped before its comparisons were "
             "decided or at their maximum; rerun it to go on)")
     notes = [
-        f"Methods: after every round, each comparison's mean paired difference of {opts['metric']} "
+        f"Methods: after every round, each comparison's mean paired difference of "
+        f"{METRIC_WORDS.get(opts['metric'], opts['metric'])} "
         f"(row − baseline, per seed) is bounded by {seq}; the family-wise alpha {opts['alpha']} "
         f"is split over the study's {len(comps)} comparisons (Bonferroni: "
         f"{doc['alpha_per_comparison']:.4g} each), which stays valid under any dependence between "
@@ -111,11 +105,15 @@ def adaptive_section(ctx: Context) -> Section:
     sec.tables.append(Table("adaptive", "Adaptive seeds: each comparison's decision", header,
                             body, [[False] * 8 for _ in body], data, notes))
     if ctx.figures and comps:
-        sec.figures.append(_figure(comps, eq, ctx.figures_dir, f"{ctx.study.name}__adaptive"))
+        sec.figures.append(_figure(comps, opts, ctx.figures_dir, f"{ctx.study.name}__adaptive"))
     return sec
 
 
-def _figure(comps: list[dict], eq: float, out: Path, stem: str):
+DECISION_COLOURS = {"greater": "#d95f02", "less": "#d95f02", "equivalent": "#1b9e77",
+                    "open": "#386cb0", "absent": "#999999"}
+
+
+def _figure(comps: list[dict], opts: dict, out: Path, stem: str):
     import matplotlib.pyplot as plt
 
     from analysis import figure_style as fs
@@ -123,19 +121,31 @@ def _figure(comps: list[dict], eq: float, out: Path, stem: str):
     n = len(comps)
     cols = min(3, n)
     rows = -(-n // cols)
+    looks = [a for c in comps for a in c["at"]]
+    seeds = (min([opts["start"], *looks]) - 1.5, max([opts["max"], *looks]) + 1.5)
     style, context = fs.theme()
     with style, context:
         fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.1 * rows), squeeze=False,
                                  layout="constrained")
         for ax, c in zip(axes.flat, comps):
-            _panel(ax, c, eq)
+            _panel(ax, c, opts, seeds)
         for ax in list(axes.flat)[n:]:
             ax.set_visible(False)
         png, svg = fs.save(fig, out, stem)
     return fs.Figure(stem, "Each comparison's confidence sequence for the mean paired "
-                     "difference at each look (a bar per look, shaded between looks; grey band: "
-                     "the equivalence margin; y-range fitted to each panel): decided when the "
-                     "interval leaves 0 or fits inside the margin.", png, svg)
+                     "difference at each look (a bar per look from its low to its high end, "
+                     "the dot its midpoint, shaded between looks; grey band: the equivalence "
+                     f"margin ±{100 * opts['equivalence']:g} points): decided when the interval "
+                     "leaves 0 or fits inside the margin. Colour: orange decided higher or "
+                     "lower, green equivalent, blue open. The seeds axis runs from the first "
+                     f"round ({opts['start']}) to the most a row can get ({opts['max']}) in "
+                     "every panel, so where a comparison stopped reads the same everywhere; "
+                     "the y-range is fitted to each panel.", png, svg)
+
+
+def _where(opts: dict, split: str) -> str:
+    """What a decision is about on its dataset: the split (accuracy) or the pooled AUC."""
+    return "AUC (all test graphs)" if opts.get("metric") == "auc" else split
 
 
 def panel_limits(lo: list[float], hi: list[float], eq: float) -> tuple[float, float]:
@@ -147,22 +157,28 @@ def panel_limits(lo: list[float], hi: list[float], eq: float) -> tuple[float, fl
     return max(-100.0, a - pad), min(100.0, b + pad)
 
 
-def _panel(ax, c: dict, eq: float) -> None:
+def _panel(ax, c: dict, opts: dict, seeds: tuple[float, float]) -> None:
     """One comparison: an interval per look (one look: a point with its interval)."""
+    eq = opts["equivalence"]
     at, lo, hi = c["at"], [100 * x for x in c["lo"]], [100 * x for x in c["hi"]]
+    colour = DECISION_COLOURS.get(c["decision"], "#386cb0")
     ax.axhline(0, color="black", lw=0.8)
     ax.axhspan(-100 * eq, 100 * eq, color="grey", alpha=0.2, lw=0)
     if at:
         mid = [(a + b) / 2 for a, b in zip(lo, hi)]
         if len(at) > 1:
-            ax.fill_between(at, lo, hi, alpha=0.2, lw=0)
+            ax.fill_between(at, lo, hi, alpha=0.2, lw=0, color=colour)
         ax.errorbar(at, mid, yerr=[[m - a for m, a in zip(mid, lo)],
                                    [b - m for m, b in zip(mid, hi)]],
-                    fmt="o", ms=3, capsize=3, lw=1)
-        ax.set_xlim(min(at) - 1.5, max(at) + 1.5)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+                    fmt="o", ms=3, capsize=3, lw=1, color=colour)
+    else:
+        ax.text(0.5, 0.5, "no look: no paired seeds", transform=ax.transAxes, ha="center",
+                va="center", fontsize=8, color="#666666")
+    ax.set_xlim(*seeds)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylim(*panel_limits(c["lo"], c["hi"], eq))
-    ax.set_title(f"{c['row']} vs {c['baseline']}\n{dataset_name(c['dataset'])} {c['split']}: "
-                 f"{c['decision']}", fontsize=8)
+    ax.set_title(f"{c['row']} vs {c['baseline']}\n{dataset_name(c['dataset'])} "
+                 f"{_where(opts, c['split'])}: {c['decision']}", fontsize=8,
+                 color=colour if c["decision"] != "open" else "black")
     ax.set_xlabel("seeds", fontsize=8)
     ax.set_ylabel("difference (points)", fontsize=8)

@@ -1,7 +1,9 @@
 """The two built-in sections of a study's report, registered in this order.
 
-- `gnn` (every dataset not named `sdc*`): the main, paper, statistics and per-layer
-  tables, the figures of `analysis.figures`, the findings and the thin-store banner.
+- `gnn` (every dataset not named `sdc*`): the main, paper, statistics, robust-aggregate
+  and per-layer tables, the figures of `analysis.figures` and the per-seed strips of
+  `analysis.figure_seeds`, the findings and the thin-store banner. On an adaptive-seed study
+  the markers are its confidence sequence's decisions (`analysis.adaptive_decisions`).
 - `sdc` (the `sdc_*` datasets): Table 2 of Pandey et al. per normaliser, the
   foreground-mass curve (their Figure 6) and the FTPT/FFPT/FTPF/FFPF dynamics, with
   their findings and banner.
@@ -14,10 +16,12 @@ import json
 import pandas as pd
 
 from analysis import tables
+from analysis.adaptive_decisions import apply_decisions, read_decisions
 from analysis.cells import cell_stats
 from analysis.findings import findings, sdc_findings, sdc_thin_banner, thin_banner
 from analysis.formatting import dataset_name
 from analysis.reference import follows_reference
+from analysis.robust import robust_cells, robust_table
 from analysis.sections import Context, Section, register_section
 from analysis.timings import timed
 from analysis.variants import colour_axis, comparisons
@@ -33,8 +37,12 @@ def gnn_section(ctx: Context) -> Section:
     sec = Section("Graph attention and pooling")
     ok = ctx.ok
     comps = comparisons(ok, ctx.axes)
+    decisions = read_decisions(ctx.study.path)  # an adaptive-seed study's, else None
     with timed("statistics"):
         cells = cell_stats(ok, comps, ctx.rows, n_boot=ctx.n_boot)
+        if decisions is not None:
+            cells = apply_decisions(cells, decisions)
+        robust_lines = robust_cells(ok, comps, ctx.rows)
     runs = cells.groupby("row")["n"].max().to_dict() if not cells.empty else {}
     reduced = set()
     if "data_params" in ok.columns:
@@ -54,11 +62,12 @@ def gnn_section(ctx: Context) -> Section:
                      + ", ".join(dataset_name(d) for d in sorted(reduced)) + ".")
     if not cells.empty:
         sec.tables.append(tables.main_table(cells, [r for r in ctx.rows if r in runs], runs,
-                                            notes))
+                                            notes, decisions))
         paper = tables.paper_table(cells, ctx.rows, reduced)
         if paper is not None:
             sec.tables.append(paper)
         sec.tables.append(tables.stats_table(cells))
+        sec.tables.append(robust_table(robust_lines, adaptive=decisions is not None))
     layers = tables.layers_table(ok, ctx.rows)
     if layers is not None:
         sec.tables.append(layers)
@@ -69,6 +78,10 @@ def gnn_section(ctx: Context) -> Section:
         with timed("figures"):
             sec.figures = all_figures(ok, ctx.study.curves, ctx.figures_dir, ctx.study.name,
                                       variants, jobs=ctx.jobs, hue=colour_axis(ok, ctx.axes))
+            if not cells.empty:
+                from analysis.figure_seeds import seed_strips
+
+                sec.figures += seed_strips(ok, ctx.figures_dir, ctx.study.name, ctx.rows)
     info = {f.name: f.info for f in sec.figures}
     sec.findings = findings(cells, info)
     banner = thin_banner(cells)

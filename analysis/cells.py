@@ -153,8 +153,23 @@ def _compare(comp: Comparison | None, seeds_of: dict, key: tuple, n_boot: int) -
 
 
 def significant(r: pd.Series) -> bool:
-    """A comparison line is significant: tested (enough paired seeds) and Holm p < ALPHA."""
+    """A comparison line is significant: tested (enough paired seeds) and Holm p < ALPHA; on
+    an adaptive-seed study (a `sequence` column, `adaptive_decisions.apply_decisions`) only
+    when the study's confidence sequence decided it higher or lower: a fixed-n test on the
+    seeds an optional stopping rule left does not hold its level."""
+    if "sequence" in r.index:
+        return r["sequence"] in ("greater", "less")
     return bool(np.isfinite(r["p_holm"]) and r["p_holm"] < ALPHA)
+
+
+def direction(r: pd.Series) -> int:
+    """+1 / -1 for a line marked higher / lower than its baseline (`significant`), else 0;
+    on an adaptive-seed study the sequence's decision gives the sign."""
+    if not significant(r):
+        return 0
+    if "sequence" in r.index:
+        return 1 if r["sequence"] == "greater" else -1
+    return 1 if r["delta"] > 0 else -1
 
 
 def primary(cells: pd.DataFrame) -> pd.DataFrame:

@@ -43,15 +43,26 @@ def _p_eq(p: float) -> str:
     return s if s.startswith("<") else f"= {s}"
 
 
+SEQUENCE_WORDS = {"greater": "its confidence sequence decided it higher",
+                  "less": "its confidence sequence decided it lower",
+                  "equivalent": "its confidence sequence decided the rows equivalent",
+                  "open": "its confidence sequence left it open",
+                  "absent": "its confidence sequence had no such split",
+                  "": "not a comparison its confidence sequence decided"}
+
+
 def _effect(x: pd.Series) -> str:
     verb = "raises" if x["delta"] > 0 else "lowers"
+    head = (f"Changing {x['axis']} from {x['base_value']} to {x['value']} ({x['row']} vs "
+            f"{x['baseline']}, nothing else differs) {verb} {dataset_name(x['dataset'])} "
+            f"{_what(x['column'])} by {abs(x['delta']):.1f} points")
+    if "sequence" in x.index:  # adaptive seeds: fixed-n p-values do not survive the stopping
+        return (f"{head} over {x['n_pairs']} paired seeds of an adaptive study; "
+                f"{SEQUENCE_WORDS.get(x['sequence'], x['sequence'])}.")
     sig = "significant" if significant(x) else "not significant"
     ci = fmt_ci(x["delta_lo"], x["delta_hi"])
-    return (f"Changing {x['axis']} from {x['base_value']} to {x['value']} ({x['row']} vs "
-            f"{x['baseline']}, nothing else differs) {verb} {dataset_name(x['dataset'])} "
-            f"{_what(x['column'])} by {abs(x['delta']):.1f} points (95% CI {ci}, sign-flip "
-            f"p {_p_eq(x['p'])}, Holm p {_p_eq(x['p_holm'])}, {x['n_pairs']} paired seeds; "
-            f"{sig}).")
+    return (f"{head} (95% CI {ci}, sign-flip p {_p_eq(x['p'])}, Holm p {_p_eq(x['p_holm'])}, "
+            f"{x['n_pairs']} paired seeds; {sig}).")
 
 
 def _tested(cells: pd.DataFrame) -> pd.DataFrame:
@@ -64,7 +75,8 @@ def _largest_effect(cells: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series 
     c = c[c["column"].isin(columns)]
     if c.empty:
         return None
-    sig = c[c["p_holm"] < ALPHA]
+    sig = c[c.apply(significant, axis=1).to_numpy(dtype=bool)] if "sequence" in c.columns \
+        else c[c["p_holm"] < ALPHA]
     pool = sig if not sig.empty else c
     return pool.loc[pool["delta"].abs().idxmax()]
 
@@ -158,7 +170,7 @@ def power_findings(cells: pd.DataFrame) -> list[str]:
     m x the smallest p), cannot go below ALPHA."""
     tested = _tested(cells)
     n = tested["n_pairs"]
-    if n.empty:
+    if n.empty or "sequence" in cells.columns:  # adaptive seeds: the sequence decides
         return []
     n_max, m = int(n.max()), len(tested)
     if stats.min_p(n_max) >= ALPHA:

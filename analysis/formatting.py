@@ -19,6 +19,7 @@ DATASET_NAMES = {"colors": "COLORS", "triangles": "TRIANGLES", "mnist_sp": "MNIS
                  "digits_sp": "DIGITS-SP", "proteins": "PROTEINS", "dd": "D&D",
                  "collab": "COLLAB"}
 UP, DOWN = "↑", "↓"
+SAME = "≈"  # an adaptive study's sequence decided the rows equivalent within its margin
 
 
 def dataset_name(d: str) -> str:

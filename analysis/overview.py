@@ -160,12 +160,24 @@ def _devices(df: pd.DataFrame) -> list[str]:
     return ["devices: " + "; ".join(sorted(parts))] if parts else []
 
 
-def rows_missing_seeds(ok: pd.DataFrame) -> list[str]:
-    """The rows that lack some of the seeds the other rows have."""
-    seeds = ok.groupby("row")["seed"].agg(set)
-    if seeds.empty:
-        return []
-    full = set().union(*seeds)
-    out = [f"{r}: {len(s)} of {len(full)} seeds (missing {', '.join(map(str, sorted(full - s)))})"
-           for r, s in seeds.items() if full - s]
+def rows_missing_seeds(ok: pd.DataFrame, expected: dict[tuple[str, str], int] | None = None,
+                       default: int = 0) -> list[str]:
+    """The rows that lack some of the seeds the other rows have; on an adaptive-seed study
+    (`expected`: (row, dataset) -> the seeds its rounds called for, `default` for a pair not
+    named, `adaptive_decisions.expected_seeds`), the (row, dataset) pairs that lack some of
+    the seeds 0 .. n-1 their rounds called for: a row the sequence stopped early is not
+    short of seeds."""
+    if expected is None:
+        seeds = ok.groupby("row")["seed"].agg(set)
+        if seeds.empty:
+            return []
+        full = set().union(*seeds)
+        return [f"{r}: {len(s)} of {len(full)} seeds (missing "
+                f"{', '.join(map(str, sorted(full - s)))})" for r, s in seeds.items() if full - s]
+    out = []
+    for (r, d), s in ok.groupby(["row", "dataset"], sort=False)["seed"].agg(set).items():
+        want = set(range(expected.get((r, d), default)))
+        if want - s:
+            out.append(f"{r} on {d}: {len(want & s)} of the {len(want)} seeds its adaptive "
+                       f"rounds called for (missing {', '.join(map(str, sorted(want - s)))})")
     return out

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from analysis import stats
+from analysis.adaptive_decisions import default_seeds, expected_seeds, read_decisions
 from analysis.adaptive_section import adaptive_section  # registers gnn, sdc, then adaptive
 from analysis.builtin_sections import gnn_section, sdc_section
 from analysis.load import StoreError, Study, load_store
@@ -74,7 +75,7 @@ def build_study(study: Study, out: Path, n_boot: int, figures: bool,
                 axes = row_axes(ok)
                 ok = add_rows(ok, axes)
                 labelled[mask.tobytes()] = (ok, axes, row_order(ok))
-                rows_missing += rows_missing_seeds(ok)
+                rows_missing += rows_missing_seeds(ok, *_adaptive_seeds(study))
         ctx = Context(study, *labelled[mask.tobytes()], out / "tables", out / "figures", n_boot,
                       figures, jobs)
         sec = spec.build(ctx)
@@ -85,6 +86,13 @@ def build_study(study: Study, out: Path, n_boot: int, figures: bool,
                 sec.files += t.save(ctx.tables_dir, f"{study.name}__{t.name}")
         sections.append(sec)
     return StudyReport(study, ov, sections, rows_missing)
+
+
+def _adaptive_seeds(study: Study) -> tuple[dict | None, int]:
+    """The seeds each (row, dataset) pair of an adaptive-seed study was meant to get, and
+    round 1's for the rest; (None, 0) for a study of fixed seeds."""
+    doc = read_decisions(study.path)
+    return (expected_seeds(doc), default_seeds(doc)) if doc else (None, 0)
 
 
 def write_report(results_dir: str | Path, out: str | Path = "report",

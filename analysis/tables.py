@@ -21,6 +21,7 @@ from analysis.cells import (
     CELL_COLUMNS,
     cell_stats,
     columns_of,
+    direction,
     observations,
     primary,
     significant,
@@ -28,6 +29,7 @@ from analysis.cells import (
 from analysis.formatting import (
     DATASET_NAMES,
     DOWN,
+    SAME,
     SPLIT_NAMES,
     TEST_SPLITS,
     UP,
@@ -93,14 +95,35 @@ def zero_count_note(cells: pd.DataFrame) -> str | None:
 
 
 def _marker(r: pd.Series) -> str:
-    return (UP if r["delta"] > 0 else DOWN) if significant(r) else ""
+    if r.get("sequence") == "equivalent":
+        return SAME
+    return {1: UP, -1: DOWN}.get(direction(r), "")
+
+
+def marker_note(adaptive: dict | None) -> str:
+    """What the main table's markers mean: fixed-n tests, or an adaptive study's decisions."""
+    if adaptive is None:
+        return (f"{UP}/{DOWN} = significantly higher/lower than the row's first baseline, the "
+                "row differing from it in one axis only (exact sign-flip test over ≥ "
+                f"{stats.MIN_PAIRED_SEEDS} shared seeds, Holm-adjusted p < {ALPHA}).")
+    opts = adaptive["options"]
+    what = ("the AUC column" if opts.get("metric") == "auc"
+            else "its split's accuracy column (each dataset's decision split)")
+    return (f"{UP}/{DOWN}/{SAME}: seeds were added adaptively, so the markers are the decisions "
+            "of the study's confidence sequence (adaptive.json; the adaptive-seed section's "
+            "table), which hold under its optional stopping: higher / lower than the row's "
+            f"first baseline, or equivalent within ±{100 * opts['equivalence']:g} points, on "
+            f"{what}. A cell the sequence did not decide has no marker: a fixed-n test on the "
+            "seeds an adaptive study happened to run does not hold its level, and none is "
+            "marked from one.")
 
 
 def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
-               notes: list[str]) -> Table:
+               notes: list[str], adaptive: dict | None = None) -> Table:
     """The paper's table layout (SPEC §5): rows = model variants, columns = per dataset
     accuracy per test split and attention AUC; mean ± std, best per column bold, ↑/↓ =
-    significant."""
+    significant (on an adaptive-seed study, `adaptive` its decisions file: the sequence's
+    decisions, `marker_note`)."""
     layout = list(columns_of(cells).items())
     header = [[("", 1), ("", 1)] + [(dataset_name(d), len(cs)) for d, cs in layout],
               [("Model", 1), ("n", 1)] + [(column_name(c), 1) for _, cs in layout for c in cs]]
@@ -127,10 +150,7 @@ def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
     notes = ["Accuracy (%) per test split and attention AUC (%, first pooling layer, pooled "
              "over the nodes of all test graphs as the papers report it: COLORS ORIG + LARGE + "
              "LARGE-C, TRIANGLES ORIG + LARGE); mean ± std over n runs (seeds x trials, per "
-             "dataset); bold = best in column; "
-             f"{UP}/{DOWN} = significantly higher/lower than the row's first baseline, the row "
-             "differing from it in one axis only (exact sign-flip test over ≥ "
-             f"{stats.MIN_PAIRED_SEEDS} shared seeds, Holm-adjusted p < {ALPHA}). Rows and "
+             "dataset); bold = best in column; " + marker_note(adaptive) + " Rows and "
              f"columns as in the results table of {PAPER} ({WORKSHOP})."] + notes
     zero = zero_count_note(cells)
     if zero:
@@ -219,10 +239,13 @@ def paper_table(cells: pd.DataFrame, rows: list[str], reduced: set[str]) -> Tabl
 
 
 def stats_table(cells: pd.DataFrame) -> Table:
-    """Every cell's n, mean ± std, 95% CI and its one-axis comparisons (one line each)."""
+    """Every cell's n, mean ± std, 95% CI and its one-axis comparisons (one line each); on an
+    adaptive-seed study (a `sequence` column) also the sequence's decision, which the bold
+    then follows."""
+    adaptive = "sequence" in cells.columns
     header = [[("Model", 1), ("Dataset", 1), ("Column", 1), ("n", 1), ("mean ± std", 1),
                ("95% CI", 1), ("vs (one axis)", 1), ("pairs", 1), ("Δ [95% CI]", 1),
-               ("p", 1), ("p Holm", 1)]]
+               ("p", 1), ("p Holm", 1)] + ([("Sequence", 1)] if adaptive else [])]
     body, bold = [], []
     for _, x in cells.iterrows():
         has = x["n_pairs"] > 0
@@ -233,8 +256,9 @@ def stats_table(cells: pd.DataFrame) -> Table:
                      vs,
                      str(x["n_pairs"]) if x["axis"] else "–",
                      f"{x['delta']:+.1f} {fmt_ci(x['delta_lo'], x['delta_hi'])}" if has else "–",
-                     fmt_p(x["p"]), fmt_p(x["p_holm"])])
-        bold.append([False] * 10 + [significant(x)])
+                     fmt_p(x["p"]), fmt_p(x["p_holm"])] + ([x["sequence"] or "–"] if adaptive
+                                                            else []))
+        bold.append([False] * 10 + [significant(x)] * (2 if adaptive else 1))
     notes = [f"CI: Student-t interval of the mean (only from {stats.MIN_PAIRED_SEEDS} runs "
              "on). vs: the baseline row, "
              "which differs from this row only in that axis (its value shown). Δ: mean paired "
@@ -244,8 +268,15 @@ def stats_table(cells: pd.DataFrame) -> Table:
              "comparison of the study (bold < 0.05). Comparisons with fewer than "
              f"{stats.MIN_PAIRED_SEEDS} shared seeds show Δ only; with n pairs p ≥ 2/2^n, so the "
              "CI stays unbounded (±∞) below 6 pairs."]
+    if adaptive:
+        notes.append("This study added seeds adaptively, where its confidence sequence had not "
+                     "decided yet: p, p Holm and the CI of Δ are fixed-n numbers on the seeds it "
+                     "happened to run and do not hold their level after that optional stopping "
+                     "(read them as descriptive). Sequence: the stored decision of the "
+                     "comparison on that column (greater, less, equivalent, open; – where the "
+                     "sequence decided nothing); bold follows it.")
     return Table("stats", "Statistics per cell", header, body, bold, cells, notes,
-                 align="lllrrrlrrrr")
+                 align="lllrrrlrrrr" + ("l" if adaptive else ""))
 
 
 def layers_table(ok: pd.DataFrame, rows: list[str]) -> Table | None:

@@ -266,7 +266,9 @@ def test_every_figure_written_and_non_empty(report):
         png, svg = out / "figures" / f"known__{name}.png", out / "figures" / f"known__{name}.svg"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, name
         assert b"<svg" in svg.read_bytes()[:2000] and svg.stat().st_size > 5000, name
-    assert len(summary["known"]["figures"]) == 2 * len(FIGURES)
+    png = out / "figures" / "known__seeds__colors.png"  # the per-seed strips beside the bars
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert len(summary["known"]["figures"]) == 2 * (len(FIGURES) + 1)
 
 
 def test_tables_written_in_three_formats(report):

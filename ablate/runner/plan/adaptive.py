@@ -45,6 +45,7 @@ from ablate.runner.plan.adaptive_options import (  # noqa: F401  the options' na
     CONDITIONAL_SPLITS,
     DATASET_SPLITS,
     DECISIONS_FILE,
+    FALLBACK,
     KEYS,
     METRICS,
     NO_GROUND_TRUTH,
@@ -280,13 +281,15 @@ def store_values(ad: AdaptiveSeeds, plan: PlanRows, results_dir: str | Path,
                                "verify=true") from None
     except StoreError as e:
         raise ConfigError(str(e)) from None
-    col = METRICS[ad.metric]
-    if ok.empty or col not in ok.columns:
+    cols = [c for c in (METRICS[ad.metric], FALLBACK.get(ad.metric)) if c in ok.columns]
+    if ok.empty or not cols:
         return empty
     ok = ok[ok["trial_id"].isin(plan.row_of)]
+    value = ok[cols[0]].astype(float)
+    for c in cols[1:]:  # the report's AUC where it is missing (stores before the pooled one)
+        value = value.fillna(ok[c].astype(float))
     out = pd.DataFrame({"row": ok["trial_id"].map(plan.row_of), "dataset": ok["dataset"],
-                        "split": ok["split"], "seed": ok["seed"].astype(int),
-                        "value": ok[col].astype(float)})
+                        "split": ok["split"], "seed": ok["seed"].astype(int), "value": value})
     return out.dropna(subset=["value"]).groupby(["row", "dataset", "split", "seed"],
                                                 as_index=False)["value"].mean()
 

@@ -16,7 +16,11 @@ from ablate.errors import ConfigError, did_you_mean
 SEQUENCES = ("betting", "asymptotic", "prpl_eb")
 # fewest seeds each sequence can say anything at (the asymptotic one: its t_min)
 MIN_START = {"betting": 2, "asymptotic": 10, "prpl_eb": 2}
-METRICS = {"accuracy": "accuracy", "auc": "attn_auc_l0"}
+# the store column each metric decides on: for auc the report's AUC column, the first pooling
+# layer's AUC over the nodes of all test graphs of a seed together (analysis.reference.POOLED_AUC,
+# on every split's row of the seed); FALLBACK where a store has no such value
+METRICS = {"accuracy": "accuracy", "auc": "attn_auc_pooled_l0"}
+FALLBACK = {"auc": "attn_auc_l0"}
 # the splits each dataset's generator always makes (tests/test_adaptive.py generates them),
 # the default first: its generalisation split (the papers' headline column)
 DATASET_SPLITS: dict[str, tuple[str, ...]] = {
