@@ -173,3 +173,15 @@ def test_first_download_of_a_set_without_a_published_sum_records_it(tmp_path, mo
     recs = run_trial(TrialConfig(dataset="tu:MUTAG", backbone="gcn", pool_layers=(), epochs=1,
                                  loo_auc=False, data_params={"url": srv.url, "protocol": "cv"}))
     assert {r["dataset_source"] for r in recs} == {f"sha256:{record['sha256']} (first use)"}
+
+
+def test_offline_without_a_data_path_is_one_line(tmp_path, monkeypatch):
+    """A TU set not yet here, no network (the tests' closed loopback port), no data.path: one
+    line naming the URL tried and the folder to fill by hand."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(download.ENV_ALLOW, raising=False)
+    with pytest.raises(ConfigError) as e:
+        load_graphsets("tu:NCI1")
+    text = str(e.value)
+    assert "cannot download" in text and "NCI1.zip" in text and "\n" not in text
+    assert str(tmp_path / "cache" / "data" / "NCI1") in text
