@@ -38,8 +38,16 @@ images; today's SLIC rule), i.e. exactly the graphs `study=mnist` trains on.
 - `--n-train N`: both sides train on the first N training graphs only (a short bisection run;
   rounded down to a multiple of 32: their `compute_feature_stats` concatenates whole batches).
 
+Both sides run in resumable chunks of --chunk epochs (state under --state, default --out's
+folder/runs). Their `main.py` reseeds at every start, so restarted as is (`--resume-mode
+replay`) each chunk replays the first chunk's data order and dropout masks; `--resume-mode
+exact` (the default) puts `authors_resume.py` on their PYTHONPATH, which carries torch's
+generator state across the chunks: the run trains as one uninterrupted run. Each chunk's entry
+in progress.json and the record names the commit and tree state of the process that ran it.
+
 Each (side, row, seed) is a JSON line in --out: per checkpoint epoch the TEST / NOISY /
-NOISY-C accuracy (%), seconds, peak RSS, the flags. `--summary` prints the table.
+NOISY-C accuracy (%), seconds, peak RSS, the flags, the resume mode (`resume`, theirs).
+`--summary` prints the table.
 """
 
 from __future__ import annotations
@@ -503,10 +511,13 @@ def _value(text: str):
 
 def summary(path: Path, as_markdown: bool = False) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        key = (r["side"], r["row"], r["epochs_total"], r.get("n_train"), json.dumps(r.get("set", {})))
-        groups.setdefault(key, []).append(r)
+    groups: dict[tuple, dict[tuple, dict]] = {}
+    for r in rows:  # one record per seed, LR timing and resume mode: the newest
+        replayed = r["side"] == "authors" and r.get("resume", "replay") == "replay"
+        side = r["side"] + (" (replayed chunks)" if replayed and r.get("chunk") else "")
+        key = (side, r["row"], r["epochs_total"], r.get("n_train"), json.dumps(r.get("set", {})))
+        groups.setdefault(key, {})[(r["seed"], r.get("lr_timing"))] = r
+    groups = {k: sorted(v.values(), key=lambda r: r["seed"]) for k, v in groups.items()}
     sep = " | " if as_markdown else "  "
     if as_markdown:
         print("| side | row | epochs | train graphs | change | seeds | epoch | TEST | NOISY | NOISY-C |")
