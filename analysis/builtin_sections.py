@@ -81,7 +81,8 @@ def gnn_section(ctx: Context) -> Section:
             if not cells.empty:
                 from analysis.figure_seeds import seed_strips
 
-                sec.figures += seed_strips(ok, ctx.figures_dir, ctx.study.name, ctx.rows)
+                sec.figures += seed_strips(ok, ctx.figures_dir, ctx.study.name, ctx.rows,
+                                           robust_lines)
     info = {f.name: f.info for f in sec.figures}
     sec.findings = findings(cells, info)
     banner = thin_banner(cells)

@@ -3,7 +3,8 @@ stratified bootstrap interval, and beside it a strip plot with every run as a do
 (`seed_strips`, one figure `<study>__seeds__<dataset>` per dataset).
 
 A bar hides how its runs spread; the strip beside it shows them, so a seed that collapsed
-(an accuracy far below its row's others) is seen at a glance. Runs beyond Tukey's fences and
+(an accuracy far below its row's others) is seen at a glance. Runs beyond Tukey's outer
+fences and
 more than `robust.FAR_POINTS` from their cell's median (`robust.far_runs`) are drawn in red
 with their seed number. The numbers are `analysis.robust`'s (`seed_values`, `iqm`,
 `iqm_interval`), the same as the "Robust aggregates" table.
@@ -24,6 +25,7 @@ from analysis.reference import AUC_COLUMN
 
 FAR_COLOUR = "#d62728"
 JITTER = 0.18  # vertical spread of a row's dots, in rows
+MAX_LABELS = 3  # far runs labelled with their seed per row and panel (all are red)
 
 
 def _stem_part(dataset: str) -> str:
@@ -31,21 +33,29 @@ def _stem_part(dataset: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", dataset)
 
 
-def seed_strips(ok: pd.DataFrame, out: Path, study: str, rows: list[str]) -> list[fs.Figure]:
+def seed_strips(ok: pd.DataFrame, out: Path, study: str, rows: list[str],
+                aggregates: pd.DataFrame | None = None) -> list[fs.Figure]:
     """One figure per dataset: for each table column (test splits, then AUC) a bar panel of
-    the IQM per row with its 95% interval, and a strip panel of every run beside it."""
+    the IQM per row with its 95% interval, and a strip panel of every run beside it.
+    `aggregates`: `robust.robust_cells` of the same rows where already computed."""
     values = robust.seed_values(ok)
+    if aggregates is None:
+        aggregates = robust.robust_cells(ok, {}, rows)
+    bars = {(r, d, c): (m, lo, hi) for r, d, c, m, lo, hi in aggregates.drop_duplicates(
+        ["row", "dataset", "column"])[["row", "dataset", "column", "iqm", "iqm_lo",
+                                       "iqm_hi"]].itertuples(index=False)}
     figs = []
     for dset, d in values.groupby("dataset", sort=True):
         cols = [c for c in [*TEST_SPLITS, AUC_COLUMN] if c in set(d["column"])]
-        present = [r for r in rows if r in set(d["row"])] + sorted(set(d["row"]) - set(rows))
-        figs.append(_figure(d, str(dset), cols, present, out,
+        have = set(d["row"].tolist())
+        present = [r for r in rows if r in have] + sorted(have - set(rows))
+        figs.append(_figure(d, str(dset), cols, present, bars, out,
                             f"{study}__seeds__{_stem_part(str(dset))}"))
     return figs
 
 
-def _figure(d: pd.DataFrame, dset: str, cols: list[str], rows: list[str], out: Path,
-            stem: str) -> fs.Figure:
+def _figure(d: pd.DataFrame, dset: str, cols: list[str], rows: list[str], bars: dict,
+            out: Path, stem: str) -> fs.Figure:
     import matplotlib.pyplot as plt
 
     height = 0.8 + 0.28 * len(rows)
@@ -56,7 +66,7 @@ def _figure(d: pd.DataFrame, dset: str, cols: list[str], rows: list[str], out: P
                                  squeeze=False, sharey=True, layout="constrained")
         for (bar_ax, strip_ax), col in zip(axes, cols):
             g = d[d["column"] == col]
-            _bars(bar_ax, g, rows)
+            _bars(bar_ax, {r: bars.get((r, dset, col)) for r in rows}, rows)
             far += _strip(strip_ax, g, rows)
             what = "attention AUC (%)" if col == AUC_COLUMN else f"{column_name(col)} accuracy (%)"
             bar_ax.set_title(f"{dataset_name(dset)} {column_name(col)}: IQM, 95% CI", fontsize=9)
@@ -73,24 +83,21 @@ def _figure(d: pd.DataFrame, dset: str, cols: list[str], rows: list[str], out: P
     caption = (f"{dataset_name(dset)}: left, each row's interquartile mean with its 95% "
                "bootstrap interval (no interval below "
                f"{robust.MIN_RUNS} runs); right, every run as a dot (rows jittered "
-               "vertically), the row's IQM as a black tick; in red with its seed, a run beyond "
-               f"Tukey's fences and more than {robust.FAR_POINTS:g} points from its row's "
-               "median" + (f" ({named}{more})." if far else " (none here)."))
+               "vertically), the row's IQM as a black tick; in red with its seed (at most "
+               f"{MAX_LABELS} labelled a row), a run beyond Tukey's outer fences "
+               f"({robust.FAR_IQR:g} IQR outside the quartiles) and more than "
+               f"{robust.FAR_POINTS:g} points from its row's median"
+               + (f" ({named}{more})." if far else " (none here)."))
     return fs.Figure(stem, caption, png, svg, {"far": far})
 
 
-def _bars(ax, g: pd.DataFrame, rows: list[str]) -> None:
-    """Horizontal bars of the IQM per row, with the stratified bootstrap interval."""
+def _bars(ax, bars: dict, rows: list[str]) -> None:
+    """Horizontal bars of the IQM per row, with its stratified bootstrap interval (`bars`:
+    row -> (IQM, low, high) or None)."""
     for i, row in enumerate(rows):
-        r = g[g["row"] == row]
-        if r.empty:
+        if bars.get(row) is None:
             continue
-        v = r["value"].to_numpy(dtype=float)
-        strata = [t["value"].to_numpy(float) for _, t in r.groupby("trial_id", sort=False)]
-        if not (len(strata) > 1 and all(s.size > 1 for s in strata)):
-            strata = [v]
-        m = robust.iqm(v)
-        lo, hi = robust.iqm_interval(*strata)
+        m, lo, hi = bars[row]
         ax.barh(i, m, height=0.6, color="#9ecae1", edgecolor="#3182bd", lw=0.8)
         if np.isfinite(lo):
             ax.errorbar(m, i, xerr=[[m - lo], [hi - m]], fmt="none", ecolor="black", capsize=3,
@@ -99,29 +106,35 @@ def _bars(ax, g: pd.DataFrame, rows: list[str]) -> None:
 
 
 def _strip(ax, g: pd.DataFrame, rows: list[str]) -> list[dict]:
-    """Every run of each row as a dot; far runs in red, labelled with their seed."""
+    """Every run of each row as a dot (one scatter for the panel); far runs in red, labelled
+    with their seed; each row's IQM as a black tick."""
     rng = np.random.default_rng(0)
+    index = {r: i for i, r in enumerate(rows)}
+    pos = np.array([index[r] for r in g["row"].tolist()], dtype=float)
+    v = g["value"].to_numpy(dtype=float)
+    y = pos + rng.uniform(-JITTER, JITTER, v.size)
+    is_far = g["far"].to_numpy(dtype=bool)
+    ax.scatter(v[~is_far], y[~is_far], s=16, color="#3182bd", alpha=0.8, lw=0,
+               rasterized=v.size > fs.RASTER_POINTS)
     far = []
-    for i, row in enumerate(rows):
-        r = g[g["row"] == row]
-        if r.empty:
-            continue
-        v = r["value"].to_numpy(dtype=float)
-        y = i + rng.uniform(-JITTER, JITTER, v.size)
-        is_far = r["far"].to_numpy(dtype=bool)
-        ax.scatter(v[~is_far], y[~is_far], s=16, color="#3182bd", alpha=0.8, lw=0)
-        if is_far.any():
-            ax.scatter(v[is_far], y[is_far], s=30, color=FAR_COLOUR, lw=0, zorder=3)
-            for x, yy, s in zip(v[is_far], y[is_far], r["seed"].to_numpy()[is_far]):
+    if is_far.any():
+        ax.scatter(v[is_far], y[is_far], s=30, color=FAR_COLOUR, lw=0, zorder=3)
+        labelled: dict[str, int] = {}
+        column = str(g["column"].iloc[0])
+        for row, x, yy, s in zip(np.asarray(g["row"].tolist(), dtype=object)[is_far],
+                                 v[is_far], y[is_far], g["seed"].to_numpy()[is_far]):
+            labelled[row] = labelled.get(row, 0) + 1
+            if labelled[row] <= MAX_LABELS:
                 ax.annotate(f"s{s}", (x, yy), xytext=(3, 3), textcoords="offset points",
                             fontsize=7, color=FAR_COLOUR)
-                far.append({"row": row, "column": str(r["column"].iloc[0]), "seed": int(s),
-                            "value": float(x)})
-        m = robust.iqm(v)
-        ax.plot([m, m], [i - 0.3, i + 0.3], color="black", lw=1.2)
-    v = g["value"].to_numpy(dtype=float)
+            far.append({"row": row, "column": column, "seed": int(s), "value": float(x)})
+    ticks = [(index[r], robust.iqm(x)) for r, x in g.groupby("row", sort=False)["value"]]
+    if ticks:
+        at, m = np.array(ticks).T
+        ax.vlines(m, at - 0.3, at + 0.3, color="black", lw=1.2)
     if v.size:
         a, b = float(v.min()), float(v.max())
         pad = 0.06 * max(b - a, 2.0)
         ax.set_xlim(max(-1.0, a - pad), min(101.0, b + pad))
+    far.sort(key=lambda x: (index[x["row"]], x["seed"]))
     return far

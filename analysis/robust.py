@@ -33,10 +33,10 @@ from analysis.table_render import Table
 
 CUT = 0.25  # the share cut from each end: the interquartile mean
 LEVEL = 0.95
-N_RESAMPLES = 10_000
+N_RESAMPLES = 10_000  # fewer, at least stats.MIN_BOOT, where n x B would pass stats.MAX_DRAWS
 SEED = 0  # every bootstrap starts from this seed
 MIN_RUNS = stats.MIN_PAIRED_SEEDS  # fewest runs (or seed pairs) for an interval
-FAR_IQR = 1.5  # a run beyond Tukey's fences (1.5 IQR outside the quartiles) ...
+FAR_IQR = 3.0  # a run beyond Tukey's outer fences (3 IQR outside the quartiles: "far out") ...
 FAR_POINTS = 5.0  # ... and this many points from the median is flagged as far
 
 
@@ -75,6 +75,7 @@ def iqm_interval(*strata: object, level: float = LEVEL, n_resamples: int = N_RES
     fixed = np.concatenate([a for a in parts if a.size == 1] or [np.empty(0)])
     if not vary:
         return math.nan, math.nan
+    n_resamples = stats.n_resamples(sum(a.size for a in parts), n_resamples)
 
     def statistic(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
         held = np.broadcast_to(fixed, samples[0].shape[:-1] + fixed.shape)
@@ -114,6 +115,7 @@ def improvement_interval(x: object, y: object, level: float = LEVEL,
         return math.nan, math.nan
     if np.all(w == w[0]):
         return float(w[0]), float(w[0])
+    n_resamples = stats.n_resamples(w.size, n_resamples)
     res = bootstrap((w,), np.mean, n_resamples=n_resamples, vectorized=True,
                     confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -192,7 +194,9 @@ def robust_table(robust: pd.DataFrame, adaptive: bool = False) -> Table:
     notes = ["IQM: interquartile mean, the mean of the middle half of a cell's runs "
              "(floor(n/4) cut from each end; Agarwal et al., NeurIPS 2021): from 4 runs on, one "
              "collapsed seed is among those cut; 95% CI: percentile bootstrap "
-             f"(scipy.stats.bootstrap, {N_RESAMPLES:,} resamples, seed {SEED}), stratified by "
+             f"(scipy.stats.bootstrap, {N_RESAMPLES:,} resamples, fewer, at least "
+             f"{stats.MIN_BOOT:,}, beyond {stats.MAX_DRAWS // N_RESAMPLES} runs; seed {SEED}), "
+             "stratified by "
              "trial where a row pools several trials of ≥ 2 runs each, shown from "
              f"{MIN_RUNS} runs. P(row > vs): the share of the seeds both rows have on which "
              "the row beats its one-axis baseline, ties counted half (runs of one seed "
@@ -208,8 +212,9 @@ def robust_table(robust: pd.DataFrame, adaptive: bool = False) -> Table:
 
 
 def far_runs(values: object) -> np.ndarray:
-    """Which values lie far from the rest: beyond Tukey's fences (FAR_IQR x IQR outside the
-    quartiles) and more than FAR_POINTS from the median; none below MIN_RUNS values."""
+    """Which values lie far from the rest: beyond Tukey's outer fences (FAR_IQR x IQR outside
+    the quartiles; a normal sample passes them about twice in a million draws) and more than
+    FAR_POINTS from the median; none below MIN_RUNS values."""
     a = np.asarray(values, dtype=float)
     out = np.zeros(a.shape, dtype=bool)
     ok = np.isfinite(a)
@@ -230,7 +235,10 @@ def seed_values(ok: pd.DataFrame) -> pd.DataFrame:
     far = np.zeros(len(obs), dtype=bool)
     for idx in obs.groupby(["row", "dataset", "column"], sort=False).indices.values():
         far[idx] = far_runs(obs["value"].to_numpy(dtype=float)[idx])
-    return obs.assign(far=far)[["row", "dataset", "column", "trial_id", "seed", "value", "far"]]
+    out = obs.assign(far=far)[["row", "dataset", "column", "trial_id", "seed", "value", "far"]]
+    for c in ("row", "dataset", "column"):  # plain strings: the figure groups and looks them up
+        out[c] = out[c].astype(str).to_numpy(dtype=object)
+    return out
 
 
 def pooled_iqm(rows: Sequence[object]) -> tuple[float, tuple[float, float]]:

@@ -112,8 +112,10 @@ def test_the_strip_figure_draws_the_collapsed_seed_in_red(tmp_path, monkeypatch)
                                 "value": pytest.approx(10.0)}]
     assert "ChebyGIN unsup LARGE-C seed 7: 10.0" in fig.caption
     strips = [ax for ax in drawn[0].axes if "every run" in ax.get_title()]
-    red = [c for ax in strips for c in ax.collections
-           if np.allclose(c.get_facecolor()[:, :3], [0.839, 0.153, 0.157], atol=0.01)]
+    from matplotlib.collections import PathCollection
+
+    red = [c for ax in strips for c in ax.collections if isinstance(c, PathCollection)
+           and np.allclose(c.get_facecolor()[:, :3], [0.839, 0.153, 0.157], atol=0.01)]
     assert [tuple(np.round(c.get_offsets()[:, 0], 6)) for c in red] == [(10.0,)]
     lo, hi = strips[0].get_xlim()
     assert lo < 10 and hi > 90.9  # the axis shows the collapse and the rest
@@ -141,3 +143,11 @@ def test_robust_cells_by_hand(tmp_path):
     assert x["p_improve_lo"] <= 0.9 <= x["p_improve_hi"] <= 1.0
     table = robust.robust_table(lines)
     assert "0.90 [" in table.to_markdown() and "IQM" in table.to_markdown()
+
+
+def test_the_tails_of_a_wide_spread_are_not_far():
+    """500 runs of one row spread ±5 points (a normal sample): Tukey's inner fences would flag
+    a few of its tails; only a run past the outer fences (and 5 points out) is far."""
+    v = np.random.default_rng(0).normal(60.0, 5.0, 500)
+    assert not robust.far_runs(v).any()
+    assert robust.far_runs(np.r_[v, 5.0]).tolist() == [False] * 500 + [True]
