@@ -120,6 +120,17 @@ METHOD = [
     "of the difference, so p < 0.05 exactly when the CI excludes 0. Holm-Bonferroni adjustment "
     "over all tested comparisons of a study; ↑/↓ mark Holm p < 0.05 against the row's first "
     "comparison.",
+    "On a study run with adaptive seeds (its adaptive.json) the ↑/↓ markers, and ≈ for "
+    "'equivalent', are the stored decisions of its anytime-valid confidence sequence, on the "
+    "column it decided; the sign-flip p-values of its statistics table are fixed-n numbers on "
+    "the seeds the adaptive rounds happened to run, descriptive only (optional stopping), and "
+    "mark nothing.",
+    "Robust aggregates (Agarwal et al., NeurIPS 2021): the interquartile mean (floor(n/4) runs "
+    "cut from each end) with a percentile bootstrap 95% interval (scipy.stats.bootstrap, "
+    "stratified by trial where a row pools several), and P(row > baseline) over shared seeds, "
+    "ties counted half, with a bootstrap interval over the seed pairs; descriptive. Beside each "
+    "dataset's IQM bars, every run is a dot, far runs (beyond 3 IQR outside the quartiles and "
+    "5 points from the median) in red.",
     f"Minimum data for claims: a comparison needs ≥ {stats.MIN_PAIRED_SEEDS} shared seeds for a "
     "p-value, a CI of its difference, a marker or a finding; best-model and paper sentences use "
     f"cells with ≥ {stats.MIN_PAIRED_SEEDS} seeds; a correlation is stated with ≥ "
