@@ -256,9 +256,9 @@ def lr_drops(cfg: TrialConfig) -> bool:
 def axis_choices() -> dict[str, tuple]:
     """The valid values of every categorical axis (what `validate_choices` checks and
     --help lists); those of `NULLABLE_CHOICES` may also be null (the recipe's value)."""
-    from ablate.data import DATASETS
+    from ablate.data import DATASETS, OPEN_DATASETS
 
-    return {"dataset": DATASETS, "backbone": BACKBONES, "aggregation": AGGREGATIONS,
+    return {"dataset": DATASETS + OPEN_DATASETS, "backbone": BACKBONES, "aggregation": AGGREGATIONS,
             "readout": READOUTS, "scorer": SCORERS, "scorer_input": SCORER_INPUTS,
             "selection": SELECTIONS, "normalizer": NORMALIZERS, "supervision": SUPERVISIONS,
             "init_dist": INIT_DISTS, "device": DEVICES, "step": STEPS,

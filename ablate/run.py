@@ -121,9 +121,11 @@ def help_text(study: str | None = None) -> str:
         lines.append(f"  {name + '=':<18} {allowed}  -- {doc}")
     lines += ["  +NEW=VALUE         a free-form axis (recorded in the 'extra' column)", "",
               "dataset parameters (data.KEY=VALUE; defaults shown):"]
-    for ds in DATASETS:
-        params = ", ".join(f"{k}={v}" for k, v in resolve_params(ds).items())
-        lines.append(f"  {ds:<10} {params}")
+    shown = [(ds, ds, {}) for ds in DATASETS] + [  # the open names, with an example value
+        ("tu:NAME", "tu:MUTAG", {}), ("pyg", "pyg", {"target": "package.module:Class"})]
+    for label, ds, example in shown:
+        params = ", ".join(f"{k}={v}" for k, v in resolve_params(ds, example).items())
+        lines.append(f"  {label:<10} {params}")
     if study:
         lines += ["", _study_summary(study)]
     return "\n".join(lines)
