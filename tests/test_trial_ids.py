@@ -76,3 +76,11 @@ def test_a_weak_trial_whose_model_b_drops_its_lr_hashes_the_timing():
                                    lr_decay_epochs=()))
     assert not lr_drops(explicit) and not model_b_config(explicit).lr_decay_epochs
     assert trial_id(explicit, "h") == trial_id(explicit.replace(lr_timing="early"), "h")
+
+
+def test_the_beyond_study_keeps_the_ids_its_first_trials_were_stored_with():
+    """studies/tu_beyond.yaml's trials as first planned and stored (commit fce19f4, the TU
+    fixtures read from data.path=/tmp/tufix): a later change to the open data sets' code that
+    keeps their data maps its digest (`ablate.data.SAME_DATA`), so a rerun resumes them."""
+    study, _ = build_study("tu_beyond", ["data.path=/tmp/tufix"])
+    assert (study.trials[0].trial_id, study.trials[-1].trial_id) == ("a625d7cf576f", "3ac645abebd6")

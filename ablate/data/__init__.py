@@ -240,6 +240,10 @@ SAME_DATA: dict[str, str] = {
     # issue 53: the generators' own parameter checks raise ConfigError (was ValueError)
     "41ca99e79666": "76c53eee43db",  # colors
     "e043201894e9": "c447f7061c65",  # triangles
+    # issue 52: the inductive split's assembly moved to folds.py, shared with tu:NAME and pyg
+    # (same splits), and folds.py joined the TU sets' digest
+    "e65528530272": "8f1052e31de1",  # proteins, dd, collab
+    "5b975713ea55": "5d9c26d4d445",  # tu:NAME (studies/tu_beyond.yaml's first stored trials)
     # mnist_sp and digits_sp: SLIC's kernels through ablate.compat, the superpixel pool's
     # start method (issue 35), the pool moved out to ablate.data.pool (issue 42) and a progress
     # bar without tqdm's monitor thread changed the sources, not the data: issue 26's digest
@@ -257,6 +261,7 @@ EARLIER_MNIST: dict[str, str] = {"slic": "v0.19", "noise": "nodes"}
 SAME_DATA_EARLIER: dict[str, str] = {
     "a4b0af6b60b2": "bbe564b4693d",  # mnist_sp and digits_sp (one source; issues 35, 42)
     "8f1052e31de1": "a92a47d7eba2",  # proteins, dd, collab with split=earlier (one source)
+    "e65528530272": "a92a47d7eba2",  # the same after issue 52 (folds.py)
 }
 
 # Issue 33 made the TU split the authors' rule (`split=authors`: their shuffle and 500 / 1,000
@@ -281,8 +286,9 @@ def source_digest(name: str) -> str:
     files = [Path(module.__file__), Path(__file__).with_name("graphs.py")]
     if name in ("mnist_sp", "digits_sp"):  # the superpixels, SLIC's rules and the edge kernel
         files += [Path(__file__).with_name(f) for f in ("superpixels.py", "kernel.py", "slic.py")]
-    if is_tu(name) or name == PYG:  # the TU reader, the split protocols
-        files += [Path(__file__).with_name(f) for f in ("tu.py", "folds.py")]
+    if is_open(name) or name in TU_NAMES:  # the TU reader, the split protocols
+        files += [Path(__file__).with_name(f) for f in ("tu.py", "folds.py")
+                  if Path(__file__).with_name(f) not in files]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
 
 

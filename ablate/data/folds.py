@@ -11,9 +11,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ablate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.data.graphs import GraphSet
 
 PROTOCOLS = ("inductive", "cv")
 
@@ -70,3 +75,40 @@ def default_max_train_nodes(sizes: np.ndarray) -> int:
     so that the smaller half of the graphs are training candidates and the larger half test
     how attention generalises to larger graphs."""
     return int(np.median(np.asarray(sizes)))
+
+
+def inductive_splits(full: GraphSet, chosen: np.ndarray, limit: int, val_fraction: float,
+                     final: bool) -> dict[str, GraphSet]:
+    """The inductive protocol's splits from the chosen small graphs `chosen` (in their drawn
+    order): the first round(val_fraction * n) are "val", the rest "train" (all of them with
+    `final`), every other graph "test_large" and the small ones among them "test_orig"."""
+    sizes = full.num_nodes
+    n_val = int(round(val_fraction * len(chosen)))
+    val, train = chosen[:n_val], (chosen if final else chosen[n_val:])
+    used = np.zeros(len(full), dtype=bool)
+    used[chosen] = True
+    splits = {"train": full.subset(train), "val": full.subset(val),
+              "test_large": full.subset(np.flatnonzero(~used))}
+    rest_small = np.flatnonzero(~used & (sizes <= limit))
+    if len(rest_small):
+        splits["test_orig"] = full.subset(rest_small)
+    return splits
+
+
+def protocol_splits(full: GraphSet, protocol: str, name: str, max_train_nodes: int | None,
+                    n_train_val: int | None, val_fraction: float, split_seed: int, final: bool,
+                    folds: int, fold: int) -> dict[str, GraphSet]:
+    """Every split of a graph set without a fixed split, by `protocol` ("inductive": the
+    authors' draw of small graphs, `max_train_nodes` default the median node count; "cv":
+    fold `fold` of `folds` is "test_orig", a stratified `val_fraction` of the rest "val")."""
+    if protocol == "cv":
+        train, val, test = cv_split(full.y, folds, fold, split_seed, val_fraction)
+        if final:
+            train = np.sort(np.concatenate([train, val]))
+        return {"train": full.subset(train), "val": full.subset(val),
+                "test_orig": full.subset(test)}
+    from ablate.data.tu import split_ids  # the authors' draw (tu imports this module)
+
+    limit = max_train_nodes if max_train_nodes is not None else default_max_train_nodes(full.num_nodes)
+    chosen, _ = split_ids(full.num_nodes, limit, split_seed, n_train_val, "authors", name)
+    return inductive_splits(full, chosen, limit, val_fraction, final)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.data.folds import PROTOCOLS, check_protocol, cv_split, default_max_train_nodes
+from ablate.data.folds import PROTOCOLS, check_protocol, protocol_splits
 from ablate.data.graphs import GraphSet, normalize_gt
 from ablate.data.onehot import OneHot
 from ablate.errors import ConfigError
@@ -59,26 +59,9 @@ def pyg_dataset(
             train = np.concatenate([train, val])
         return {"train": full.subset(train), "val": full.subset(val),
                 "test_orig": full.subset(test)}
-    if protocol == "cv":
-        train, val, test = cv_split(full.y, folds, fold, split_seed, val_fraction)
-        if final:
-            train = np.sort(np.concatenate([train, val]))
-        return {"train": full.subset(train), "val": full.subset(val),
-                "test_orig": full.subset(test)}
-    from ablate.data.tu import split_ids
-
-    sizes = full.num_nodes
-    limit = max_train_nodes if max_train_nodes is not None else default_max_train_nodes(sizes)
-    chosen, test = split_ids(sizes, limit, split_seed, n_train_val, "authors", str(target))
-    n_val = int(round(val_fraction * len(chosen)))
-    val, train = chosen[:n_val], (chosen if final else chosen[n_val:])
-    splits = {"train": full.subset(train), "val": full.subset(val),
-              "test_large": full.subset(test)}
-    small = test[sizes[test] <= limit]
-    if len(small):
-        splits["test_orig"] = full.subset(small)
-    return splits
-
+    return protocol_splits(full, "cv" if protocol == "cv" else "inductive", str(target),
+                           max_train_nodes, n_train_val, val_fraction, split_seed, final, folds,
+                           fold)
 
 def check_params(params: dict) -> None:
     """What can be checked without importing the user's code (one ConfigError line each)."""

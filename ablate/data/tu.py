@@ -242,16 +242,8 @@ def _load_inductive(name: str, path: str | None, max_train_nodes: int, n_train_v
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
     check_split(split)
+    from ablate.data.folds import inductive_splits
+
     full = read_tu(name, path)
-    sizes = full.num_nodes
-    chosen, _ = split_ids(sizes, max_train_nodes, split_seed, n_train_val, split, name)
-    n_val = int(round(val_fraction * len(chosen)))
-    val, train = chosen[:n_val], (chosen if final else chosen[n_val:])
-    used = np.zeros(len(full), dtype=bool)
-    used[chosen] = True
-    splits = {"train": full.subset(train), "val": full.subset(val),
-              "test_large": full.subset(np.flatnonzero(~used))}
-    rest_small = np.flatnonzero(~used & (sizes <= max_train_nodes))
-    if len(rest_small):
-        splits["test_orig"] = full.subset(rest_small)
-    return splits
+    chosen, _ = split_ids(full.num_nodes, max_train_nodes, split_seed, n_train_val, split, name)
+    return inductive_splits(full, chosen, max_train_nodes, val_fraction, final)

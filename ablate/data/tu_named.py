@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.data.folds import check_protocol, cv_split, default_max_train_nodes
+from ablate.data.folds import check_protocol, protocol_splits
 from ablate.data.graphs import GraphSet
-from ablate.data.tu import find_tu_folder, read_tu, split_ids
+from ablate.data.tu import find_tu_folder, read_tu
 from ablate.errors import ConfigError
 
 
@@ -45,26 +45,8 @@ def tu_named(
     """Every split of TU data set `name` (files in `path`, fetched first where missing)."""
     check_protocol(protocol, folds, fold)
     full = read_named(name, path, node_attr)
-    if protocol == "cv":
-        train, val, test = cv_split(full.y, folds, fold, split_seed, val_fraction)
-        if final:
-            train = np.sort(np.concatenate([train, val]))
-        return {"train": full.subset(train), "val": full.subset(val),
-                "test_orig": full.subset(test)}
-    sizes = full.num_nodes
-    limit = max_train_nodes if max_train_nodes is not None else default_max_train_nodes(sizes)
-    chosen, _ = split_ids(sizes, limit, split_seed, n_train_val, "authors", name)
-    n_val = int(round(val_fraction * len(chosen)))
-    val, train = chosen[:n_val], (chosen if final else chosen[n_val:])
-    used = np.zeros(len(full), dtype=bool)
-    used[chosen] = True
-    splits = {"train": full.subset(train), "val": full.subset(val),
-              "test_large": full.subset(np.flatnonzero(~used))}
-    rest_small = np.flatnonzero(~used & (sizes <= limit))
-    if len(rest_small):
-        splits["test_orig"] = full.subset(rest_small)
-    return splits
-
+    return protocol_splits(full, protocol, name, max_train_nodes, n_train_val, val_fraction,
+                           split_seed, final, folds, fold)
 
 def read_named(name: str, path: str | None, node_attr: bool = False) -> GraphSet:
     """The whole set: `read_tu`'s graphs with the node attributes put first when asked."""
