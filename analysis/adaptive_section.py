@@ -134,8 +134,8 @@ def _figure(comps: list[dict], opts: dict, out: Path, stem: str):
         png, svg = fs.save(fig, out, stem)
     return fs.Figure(stem, "Each comparison's confidence sequence for the mean paired "
                      "difference at each look (a bar per look from its low to its high end, "
-                     "the dot its midpoint, shaded between looks; grey band: the equivalence "
-                     f"margin ±{100 * opts['equivalence']:g} points): decided when the interval "
+                     "the dot its midpoint, shaded between looks; grey band between dashed lines: the "
+                     f"equivalence margin ±{100 * opts['equivalence']:g} points): decided when the interval "
                      "leaves 0 or fits inside the margin. Colour: orange decided higher or "
                      "lower, green equivalent, blue open. The seeds axis runs from the first "
                      f"round ({opts['start']}) to the most a row can get ({opts['max']}) in "
@@ -164,6 +164,8 @@ def _panel(ax, c: dict, opts: dict, seeds: tuple[float, float]) -> None:
     colour = DECISION_COLOURS.get(c["decision"], "#386cb0")
     ax.axhline(0, color="black", lw=0.8)
     ax.axhspan(-100 * eq, 100 * eq, color="grey", alpha=0.2, lw=0)
+    for edge in (-100 * eq, 100 * eq):  # the margin's edges: 'equivalent' fits inside them
+        ax.axhline(edge, color="#555555", lw=0.8, ls="--")
     if at:
         mid = [(a + b) / 2 for a, b in zip(lo, hi)]
         if len(at) > 1:
