@@ -190,3 +190,34 @@ def test_a_file_that_is_not_a_decisions_file_is_ignored(tmp_path):
     assert adaptive_decisions.read_decisions(tmp_path) is None
     (tmp_path / ad.DECISIONS_FILE).write_text("{not json")
     assert adaptive_decisions.read_decisions(tmp_path) is None
+
+
+def test_the_adaptive_figure_shares_its_seeds_axis_and_draws_a_first_look(tmp_path,
+                                                                          monkeypatch):
+    """A comparison decided at its first look is a point with its interval on the same
+    start..max seeds axis as one that went on, coloured by its decision; the margin's edges
+    are drawn."""
+    from analysis import adaptive_section, figure_style
+
+    drawn = []
+    real = figure_style.save
+    monkeypatch.setattr(figure_style, "save",
+                        lambda fig, out, stem: (drawn.append(fig), real(fig, out, stem))[1])
+    opts = {"start": 10, "step": 2, "max": 14, "equivalence": 0.01, "metric": "accuracy"}
+    comps = [{"row": "B", "baseline": "A", "dataset": "colors", "split": "test_largec",
+              "decision": "greater", "round": 1, "seeds": 10, "lo": [0.4], "hi": [0.6],
+              "at": [10]},
+             {"row": "C", "baseline": "A", "dataset": "colors", "split": "test_largec",
+              "decision": "open", "round": 0, "seeds": 14, "lo": [-0.2, -0.1, -0.05],
+              "hi": [0.3, 0.2, 0.15], "at": [10, 12, 14]}]
+    adaptive_section._figure(comps, opts, tmp_path, "ad__adaptive")
+    first, later = [ax for ax in drawn[0].axes if ax.get_visible()]
+    assert first.get_xlim() == later.get_xlim() == (8.5, 15.5)
+    lo, hi = first.get_ylim()
+    assert lo < 0 < 40 < 60 < hi  # 0 and the interval [40, 60] in view, not -100..100
+    [bars] = [c for c in first.collections if c.get_segments()
+              and len(c.get_segments()[0]) == 2 and c.get_segments()[0][0][0] == 10]
+    assert bars.get_segments()[0][:, 1].tolist() == pytest.approx([40.0, 60.0])
+    assert first.title.get_color() == adaptive_section.DECISION_COLOURS["greater"]
+    dashed = [line.get_ydata()[0] for line in first.lines if line.get_linestyle() == "--"]
+    assert sorted(dashed) == pytest.approx([-1.0, 1.0])
