@@ -104,8 +104,8 @@ def tu_beyond() -> str:
         f"\n\nTest accuracy (%) on the held-out fold, mean ± std over folds x seeds (n); the "
         f"differences pair the runs of one fold and seed (mean over pairs, a t interval over "
         f"the fold-and-seed pairs). {doc['done']} of {doc['planned']} trials finished. Source: "
-        f"`benchmarks/results/{BEYOND}` (`{doc['command']}`; {doc['commits']}; "
-        f"{doc['machine']}).\n")
+        f"`benchmarks/results/{BEYOND}` (`{doc['command']}` on the store made by "
+        f"{doc.get('ran', 'study=tu_beyond')}; {doc['commits']}; {doc['machine']}).\n")
 
 
 TABLES = {"tu_collab": tu_collab, "tu_read": tu_read, "tu_beyond": tu_beyond}

@@ -61,8 +61,8 @@ def main() -> None:
     ap.add_argument("results", type=Path)
     ap.add_argument("--study", default="tu_beyond")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--ran", default="python -m ablate.run study=tu_beyond",
-                    help="the command the store was made with (for the record)")
+    ap.add_argument("--ran", default="study=tu_beyond",
+                    help="how the store was made, in words (for the record)")
     args = ap.parse_args()
     from ablate import read_trials
     from ablate.runner.study.expand import build_study
@@ -76,7 +76,8 @@ def main() -> None:
                commits="commits " + ", ".join(shas) + (" (* = modified tree)" if any(
                    s.endswith("*") for s in shas) else ""),
                machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-               command=f"{args.ran}; python benchmarks/tu_beyond_summary.py RESULTS",
+               command="python benchmarks/tu_beyond_summary.py STORE",
+               ran=args.ran,
                written=time.strftime("%Y-%m-%d %H:%M"))
     out = args.out or ROOT / "benchmarks" / "results" / f"cpu-{time.strftime('%Y-%m-%d')}-tu-beyond" \
         / "summary.json"

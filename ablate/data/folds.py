@@ -94,21 +94,3 @@ def inductive_splits(full: GraphSet, chosen: np.ndarray, limit: int, val_fractio
         splits["test_orig"] = full.subset(rest_small)
     return splits
 
-
-def protocol_splits(full: GraphSet, protocol: str, name: str, max_train_nodes: int | None,
-                    n_train_val: int | None, val_fraction: float, split_seed: int, final: bool,
-                    folds: int, fold: int) -> dict[str, GraphSet]:
-    """Every split of a graph set without a fixed split, by `protocol` ("inductive": the
-    authors' draw of small graphs, `max_train_nodes` default the median node count; "cv":
-    fold `fold` of `folds` is "test_orig", a stratified `val_fraction` of the rest "val")."""
-    if protocol == "cv":
-        train, val, test = cv_split(full.y, folds, fold, split_seed, val_fraction)
-        if final:
-            train = np.sort(np.concatenate([train, val]))
-        return {"train": full.subset(train), "val": full.subset(val),
-                "test_orig": full.subset(test)}
-    from ablate.data.tu import split_ids  # the authors' draw (tu imports this module)
-
-    limit = max_train_nodes if max_train_nodes is not None else default_max_train_nodes(full.num_nodes)
-    chosen, _ = split_ids(full.num_nodes, limit, split_seed, n_train_val, "authors", name)
-    return inductive_splits(full, chosen, limit, val_fraction, final)

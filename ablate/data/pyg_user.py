@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ablate.data.folds import PROTOCOLS, check_protocol, protocol_splits
+from ablate.data.folds import PROTOCOLS, check_protocol
 from ablate.data.graphs import GraphSet, normalize_gt
 from ablate.data.onehot import OneHot
+from ablate.data.tu_named import protocol_splits
 from ablate.errors import ConfigError
 
 OWN = "own"  # protocol: the set's own get_idx_split()

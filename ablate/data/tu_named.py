@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.data.folds import check_protocol, protocol_splits
+from ablate.data.folds import check_protocol, cv_split, default_max_train_nodes, inductive_splits
 from ablate.data.graphs import GraphSet
-from ablate.data.tu import find_tu_folder, read_tu
+from ablate.data.tu import find_tu_folder, read_tu, split_ids
 from ablate.errors import ConfigError
 
 
@@ -75,3 +75,19 @@ def read_named(name: str, path: str | None, node_attr: bool = False) -> GraphSet
 def _has_node_labels(name: str, path: str | None) -> bool:
     return (find_tu_folder(name, path) / f"{name}_node_labels.txt").is_file()
 
+
+def protocol_splits(full: GraphSet, protocol: str, name: str, max_train_nodes: int | None,
+                    n_train_val: int | None, val_fraction: float, split_seed: int, final: bool,
+                    folds: int, fold: int) -> dict[str, GraphSet]:
+    """Every split of a graph set without a fixed split, by `protocol` ("inductive": the
+    authors' draw of small graphs, `max_train_nodes` default the median node count; "cv":
+    fold `fold` of `folds` is "test_orig", a stratified `val_fraction` of the rest "val")."""
+    if protocol == "cv":
+        train, val, test = cv_split(full.y, folds, fold, split_seed, val_fraction)
+        if final:
+            train = np.sort(np.concatenate([train, val]))
+        return {"train": full.subset(train), "val": full.subset(val),
+                "test_orig": full.subset(test)}
+    limit = max_train_nodes if max_train_nodes is not None else default_max_train_nodes(full.num_nodes)
+    chosen, _ = split_ids(full.num_nodes, limit, split_seed, n_train_val, "authors", name)
+    return inductive_splits(full, chosen, limit, val_fraction, final)
