@@ -770,6 +770,28 @@ def studies() -> str:
         "([docs/performance.md](docs/performance.md)); trials / seeds from the study files.\n"
 
 
+def suite_time() -> str:
+    """The newest timing of each test suite (`benchmarks/suite_time.py`), as README's sentence."""
+    found = sorted(RESULTS.glob("*-suite/suite_time.jsonl"))
+    latest: dict[str, tuple[dict, str]] = {}
+    for path in found:  # folders in date order: a later record replaces an earlier one
+        for rec in map(json.loads, path.read_text().splitlines()):
+            latest[rec["suite"]] = (rec, str(path.relative_to(RESULTS)))
+    if not latest:
+        return _missing("*-suite/suite_time.jsonl")
+    parts = []
+    for suite, (r, rel) in latest.items():
+        c = r["counts"]
+        m = r["machine"]
+        parts.append(f"the {suite} suite took {int(r['wall_s'] // 60)} min {r['wall_s'] % 60:.0f} s "
+                     f"({c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+                     f"{c.get('skipped', 0)} skipped; exit {r['exit']}) at "
+                     f"{_tree(r['git_sha'][:7], r['git_dirty'])} on {m['cores']} cores of an "
+                     f"{m['cpu']} ({m['vector']}), load {r['load_before'][0]:.1f} before "
+                     f"(`benchmarks/results/{rel}`)")
+    return "Measured: " + "; ".join(parts) + ".\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "studies": studies,
     "memory": memory,
@@ -777,7 +799,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu_steps": gpu_steps, "gpu_recipes": gpu_recipes, "scale": scale,
     "tu_fidelity": tu_fidelity, "mnist_reference": mnist_reference,
     "mnist_fullsize": mnist_fullsize, "tu_published": tu_published,
-    "adaptive_sim": adaptive_sim, "adaptive_study": adaptive_study,
+    "adaptive_sim": adaptive_sim, "adaptive_study": adaptive_study, "suite_time": suite_time,
 }
 sys.path.insert(0, str(ROOT / "benchmarks"))  # tables_adaptive: the adaptive-seed tables (issue 54)
 TABLES.update(__import__("tables_adaptive").TABLES)
