@@ -265,36 +265,6 @@ def tu_published() -> str:
         f"(as the table above); the paper's and the notebook's figures as published.\n"
 
 
-def adaptive_sim() -> str:
-    """Adaptive seeds in simulation (`benchmarks/adaptive_sim.py`): how often each rule says
-    'difference' with none there, and what a true difference costs in seeds."""
-    rel = "cpu-2026-11-27-adaptive/simulation.json"
-    doc = _load(rel)
-    if not doc:
-        return _missing(rel)
-    st = doc["settings"]
-    rules = [("naive_t", "t-test after every round"), ("asymptotic", "asymptotic CS (default)"),
-             ("prpl_eb", "exact CS (PrPl-EB)")]
-    out = ["| seed spread | true difference | alpha | " + " | ".join(
-        f"{label}: says 'difference' / right sign / mean seeds / open at max" for _, label in rules)
-        + " |", "|---|---:|---:|" + "---|" * len(rules)]
-    for g in doc["grid"]:
-        cells = []
-        for key, _ in rules:
-            r = g["rules"][key]
-            rate = r["false_difference_rate"] if g["diff"] == 0 else r["difference_rate"]
-            right = "-" if g["diff"] == 0 else f"{r['right_sign_rate']:.3f}"
-            cells.append(f"{rate:.3f} / {right} / {r['mean_seeds']:.1f} / {r['open_at_max']:.2f}")
-        out.append(f"| {g['spread_name']} ({g['spread']}) | {100 * g['diff']:g} points | "
-                   f"{g['alpha']} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + f"\n\nSource: `benchmarks/results/{rel}` (`python benchmarks/" \
-        f"adaptive_sim.py`; commit {doc['commit']}, {'modified' if doc['git_dirty'] else 'clean'} " \
-        f"tree; {doc['machine']['cores']} cores; {st['studies_per_setting']:,} simulated studies " \
-        f"per line: start {st['start']}, step {st['step']}, max {st['max_seeds']} seeds, " \
-        f"equivalence ±{100 * st['equivalence']:g} points; with no true difference the first " \
-        f"figure is the false-difference rate, to hold at or under alpha).\n"
-
-
 ADAPTIVE_STUDIES = ("supervision", "smoke")  # benchmarks/adaptive_study.py's runs, shown in order
 
 
@@ -799,7 +769,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu_steps": gpu_steps, "gpu_recipes": gpu_recipes, "scale": scale,
     "tu_fidelity": tu_fidelity, "mnist_reference": mnist_reference,
     "mnist_fullsize": mnist_fullsize, "tu_published": tu_published,
-    "adaptive_sim": adaptive_sim, "adaptive_study": adaptive_study, "suite_time": suite_time,
+    "adaptive_study": adaptive_study, "suite_time": suite_time,
 }
 sys.path.insert(0, str(ROOT / "benchmarks"))  # tables_adaptive: the adaptive-seed tables (issue 54)
 TABLES.update(__import__("tables_adaptive").TABLES)
