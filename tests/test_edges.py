@@ -140,9 +140,26 @@ def test_a_result_that_could_not_be_written_is_not_counted_as_a_retry(tmp_path, 
 
 
 # ---------------------------------------------------------------- SIGTERM during start-up
+def _wait_until_caught(pid: int, sig: int, timeout: float = 60.0) -> None:
+    """Until process `pid` catches `sig` (its SigCgt mask in /proc): a signal sent before the
+    interpreter reached ablate.run's first line meets the default action, whatever the product
+    does, and a fixed sleep races with the interpreter's own start on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                mask = next(int(x.split()[1], 16) for x in f if x.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            mask = 0
+        if mask >> (sig - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} never caught signal {sig}")
+
+
 def test_sigterm_while_python_starts_prints_the_resume_line_and_exits_143(tmp_path):
     proc = _cli(["study=smoke", f"results_dir={tmp_path}", "progress=none"])
-    time.sleep(0.3)  # importing ablate.run's modules
+    _wait_until_caught(proc.pid, signal.SIGTERM)  # ablate.run's first line ran: its imports run
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, (out, err)
