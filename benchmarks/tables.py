@@ -573,7 +573,8 @@ MEMORY_LOGS = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/
                "cpu-2026-11-27-memory-real/bench_memory_after.log",
                "cpu-2026-11-28-memory-mnist/bench_memory.log",
                "cpu-2026-11-28-memory-full/bench_memory.log",
-               "cpu-2026-12-02-memory-collab/bench_memory.log"]
+               "cpu-2026-12-02-memory-collab/bench_memory.log",
+               "cpu-2026-12-02-memory-after-folds/bench_memory.log"]
 
 
 # end-to-end runs also come from logs whose preparation lines were cache hits (not first use)
