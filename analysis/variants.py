@@ -208,15 +208,65 @@ class Comparison:
 
 
 def varied_axes(df: pd.DataFrame, axes: RowAxes) -> tuple[str, ...]:
-    """Axes whose values differ between the rows of `df`: split-by axes, then VARIANT_AXES."""
-    info = df.drop_duplicates("row")
-    cand = dict.fromkeys([*axes.split_by, *VARIANT_AXES])
-    return tuple(a for a in cand if a in info.columns and info[a].nunique(dropna=False) > 1)
+    """Axes whose values differ between the rows of `df`: split-by axes, then VARIANT_AXES.
+    A row's value of an axis is every value its records hold (`row_values`), so the answer
+    does not depend on the order of the records."""
+    cand = [a for a in dict.fromkeys([*axes.split_by, *VARIANT_AXES]) if a in df.columns]
+    vals = row_values(df, cand)
+    return tuple(a for a in cand if _distinct(v[a] for v in vals.values()) > 1)
 
 
 def _same(x: object, y: object) -> bool:
     both_nan = isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)
     return both_nan or bool(x == y)
+
+
+def _distinct(values) -> int:
+    found: list = []
+    for v in values:
+        if not any(_same(v, f) for f in found):
+            found.append(v)
+    return len(found)
+
+
+@dataclass(frozen=True)
+class ManyValues:
+    """The values of an axis a row takes on different records (e.g. `pool_layers` 1 on COLORS
+    and 1,2 on TRIANGLES: the recipes' own), distinct and sorted: equal to another row's
+    exactly when the two take the same values."""
+
+    values: tuple
+
+    def __str__(self) -> str:
+        return " / ".join(axis_value_text(v) for v in self.values)
+
+
+def _row_value(column: pd.Series) -> object:
+    """One row's value of an axis from its records: the value where they all hold one (a
+    missing value counts as one value, NaN), else `ManyValues` of them all in `_sortable`
+    order, whatever the order of the records."""
+    found: list = []
+    for v in column.drop_duplicates().tolist():
+        v = math.nan if v is None or (isinstance(v, float) and math.isnan(v)) else v
+        if not any(_same(v, f) for f in found):
+            found.append(v)
+    if len(found) == 1:
+        return found[0]
+    return ManyValues(tuple(sorted(found, key=_order_key)))
+
+
+def _order_key(v: object) -> tuple:
+    if isinstance(v, float) and math.isnan(v):
+        return (2, 0.0, "", "")  # missing last (NaN would not sort)
+    return (*_sortable(v), str(v))
+
+
+def row_values(df: pd.DataFrame, cols: list[str]) -> dict[str, dict[str, object]]:
+    """Row label -> {axis: the row's value} over all of the row's records (`_row_value`)."""
+    out: dict[str, dict[str, object]] = {}
+    for row, g in df.groupby("row", sort=True):
+        out[str(row)] = {a: _row_value(g[a]) for a in cols}
+    return out
 
 
 def comparisons(df: pd.DataFrame, axes: RowAxes) -> dict[str, list[Comparison]]:
@@ -228,14 +278,24 @@ def comparisons(df: pd.DataFrame, axes: RowAxes) -> dict[str, list[Comparison]]:
     the paper's (`REFERENCE_VALUES`) when present, else the value shared by the most rows
     of the study (each weighted by the number of other axes it shares with the group),
     else the first in table order. A row not at the reference is compared with the
-    group's reference row; a row without such a neighbour gets no comparison.
+    group's reference row (the first in table order where several are); a row without
+    such a neighbour gets no comparison.
+
+    A row's value of an axis is taken from all of its records (`row_values`): the one
+    value they hold, or where they hold several (an axis that is not a row axis but
+    differs by dataset, as `pool_layers` does between the COLORS and TRIANGLES recipes in
+    study=smoke) all of them, sorted (`ManyValues`, shown "1 / 1,2"), so two rows agree in
+    the axis when they take the same values. The result thus depends only on the set of
+    records, never on the order of the rows or of the result files they were read from.
     """
     order = row_order(df)
     pos = {r: i for i, r in enumerate(order)}
-    info = df.drop_duplicates("row").set_index("row").loc[order]
     varied = varied_axes(df, axes)
-    vals = {r: {a: info.at[r, a] for a in varied} for r in order}
-    glob = {r: "pool_layers" in info.columns and info.at[r, "pool_layers"] == "" for r in order}
+    every = row_values(df, [a for a in dict.fromkeys([*varied, "pool_layers"])
+                            if a in df.columns])
+    vals = {r: {a: every[r][a] for a in varied} for r in order}
+    glob = {r: "pool_layers" in df.columns and _same(every[r]["pool_layers"], "")
+            for r in order}
 
     def agree(r: str, c: str, skip: str) -> int:
         return sum(_same(vals[r][b], vals[c][b]) for b in varied if b != skip)
