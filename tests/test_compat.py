@@ -140,8 +140,23 @@ def test_versions_parse_and_ranges_match_pyproject():
         assert f">={low}" in spec and f"<{high}" in spec, spec
 
 
-def test_the_tune_hook_hands_over_the_memory_monitor_error_alone(monkeypatch):
-    from ray.exceptions import OutOfMemoryError, RayActorError, RuntimeEnvSetupError
+def test_the_tune_hook_hands_over_worker_losses_and_nothing_else(monkeypatch):
+    """Tune's actor manager knows actor and task errors only: a worker lost to the memory
+    monitor, a dead node, a crashed process, a full disk or a lost object must reach it as the
+    actor's death (the trial fails and is retried), not end the study; a runtime environment
+    that cannot be set up (the same for every trial) and the errors Tune handles pass as they
+    are."""
+    from ray.exceptions import (
+        NodeDiedError,
+        ObjectLostError,
+        OutOfDiskError,
+        OutOfMemoryError,
+        OwnerDiedError,
+        RayActorError,
+        RayTaskError,
+        RuntimeEnvSetupError,
+        WorkerCrashedError,
+    )
 
     from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
 
@@ -149,9 +164,14 @@ def test_the_tune_hook_hands_over_the_memory_monitor_error_alone(monkeypatch):
     seen = []
     monkeypatch.setattr(manager, "_actor_task_failed", lambda self, task, exc: seen.append(exc))
     worker_deaths_as_trial_failures()
-    oom, other = OutOfMemoryError("Task was killed due to the node running low on memory"), \
-        RuntimeEnvSetupError("pip failed")
-    manager._actor_task_failed(None, None, oom)
-    manager._actor_task_failed(None, None, other)
-    assert isinstance(seen[0], RayActorError) and "OutOfMemoryError" in str(seen[0])
-    assert seen[1] is other  # any other error reaches Tune as it is
+    losses = [OutOfMemoryError("Task was killed due to the node running low on memory"),
+              NodeDiedError("node 10.0.0.2 died"), WorkerCrashedError(),
+              OutOfDiskError("disk full"), ObjectLostError("ab" * 14, "owner", "call site"),
+              OwnerDiedError("ab" * 14, "owner", "call site")]
+    kept = [RuntimeEnvSetupError("pip failed"), RayActorError(error_msg="actor died"),
+            RayTaskError("fn", "traceback", ValueError("bad"))]
+    for e in losses + kept:
+        manager._actor_task_failed(None, None, e)
+    for e, got in zip(losses, seen):
+        assert isinstance(got, RayActorError) and type(e).__name__ in str(got), (e, got)
+    assert seen[len(losses):] == kept  # any other error reaches Tune as it is

@@ -257,6 +257,22 @@ def _tune_error(trial) -> str:
     return (lines[0] if lines else "the trial's worker failed")[:500]
 
 
+def worker_losses() -> tuple[type[BaseException], ...]:
+    """The Ray errors that mean a trial's worker was lost rather than that the trial failed:
+    a kill by the memory monitor (`OutOfMemoryError`), its node's death, its process's crash,
+    a full disk, a lost object. In Ray 2.60 each derives from `RayError` alone, so Tune's
+    actor manager (which knows actor and task errors only) would end the study on them."""
+    from ray.exceptions import (
+        NodeDiedError,
+        ObjectLostError,
+        OutOfDiskError,
+        OutOfMemoryError,
+        WorkerCrashedError,
+    )
+
+    return (OutOfMemoryError, NodeDiedError, WorkerCrashedError, OutOfDiskError, ObjectLostError)
+
+
 def worker_deaths_as_trial_failures() -> None:
     """Make a worker that Ray's memory monitor killed an ordinary trial failure of Tune
     (idempotent).
@@ -266,16 +282,19 @@ def worker_deaths_as_trial_failures() -> None:
     actor manager then raises "Caught unexpected exception" out of `tuner.fit()`, ending the
     whole study. Handed over as the actor's death instead, Tune records the trial as failed
     (`StoreCallback` writes its rows with `MEMORY_KILLED`), retries it per `max_failures` and
-    goes on with the others. Only that error is handed over: every other error reaches Tune as
-    it is. The wrapped method is private to Tune: `ablate.compat` wraps it, once, after
-    checking Ray's version and that the method is there."""
-    from ray.exceptions import OutOfMemoryError, RayActorError
+    goes on with the others. The other losses of a worker that reach the same place as neither
+    an actor nor a task error are handed over alike (`WORKER_LOSSES`: its node died, its
+    process crashed, its disk filled, an object it needed was lost); every other error (e.g.
+    a runtime environment that cannot be set up, the same for every trial) reaches Tune as it
+    is. The wrapped method is private to Tune: `ablate.compat` wraps it, once, after checking
+    Ray's version and that the method is there."""
+    from ray.exceptions import RayActorError
 
     from ablate.compat import wrap_actor_task_failed
 
     def hand_over(original):
         def failed(self, tracked_actor_task, exception):
-            if isinstance(exception, OutOfMemoryError):
+            if isinstance(exception, worker_losses()):
                 text = " ".join(str(exception).split())[:300]
                 exception = RayActorError(error_msg=f"{type(exception).__name__}: {text}")
             return original(self, tracked_actor_task, exception)
