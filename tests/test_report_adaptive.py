@@ -176,7 +176,8 @@ def test_metric_auc_decides_on_the_pooled_auc_the_report_shows(tmp_path, monkeyp
             for split in ("test_orig", "test_largec")]
     write_trials(tmp_path / "r", study.name, rows)
     values = ad.store_values(study.spec.adaptive, plan, tmp_path / "r", study.name)
-    assert len(values) == 2 * 2 * 10  # two rows, two splits, ten seeds
+    assert len(values) == 2 * 10  # two rows, ten seeds: one value a seed, not one a split
+    assert set(values["split"]) == {ad.AUC_DECIDED}
     want = 0.5 if np.isnan(pooled) else pooled
     assert values["value"].to_numpy() == pytest.approx(np.full(len(values), want))
 

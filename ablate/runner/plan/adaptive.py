@@ -11,7 +11,10 @@ open), until every comparison is decided or has `max` seeds.
 The comparisons are the report's: each row against its one-axis baseline
 (`analysis.variants.comparisons`), paired by seed, on `metric` at `split` (per dataset; by
 default its generalisation split: COLORS LARGE-C, TRIANGLES LARGE, MNIST-75SP NOISY, TU
-test_large). A comparison is decided when its sequence excludes 0 (a difference, with its
+test_large), one decision per comparison, dataset and split. With metric=auc a seed has one
+value, the pooled AUC of the report's AUC column (the same on every split's row), so each
+comparison is decided once per dataset, on that column (`decided_splits`), whatever `split`
+lists. A comparison is decided when its sequence excludes 0 (a difference, with its
 sign) or lies inside +-`equivalence` (no difference that large); else it stays open. One
 whose rows cannot both have the metric (metric=auc: a row without attention layers, or a
 dataset without ground-truth attention) is left out from the start and named in the
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
 
 from ablate.runner.plan.adaptive_options import (  # noqa: F401  the options' names, here too
     ABSENT,
+    AUC_DECIDED,
+    AUC_ROW_SPLIT,
     CONDITIONAL_SPLITS,
     DATASET_SPLITS,
     DECISIONS_FILE,
@@ -52,6 +57,7 @@ from ablate.runner.plan.adaptive_options import (  # noqa: F401  the options' na
     OPEN,
     SEQUENCES,
     AdaptiveSeeds,
+    decided_splits,
     made_splits,
     parse_adaptive,
     splits_for,
@@ -171,11 +177,12 @@ def _candidates(ad: AdaptiveSeeds, plan: PlanRows):
 
 
 def initial_decisions(ad: AdaptiveSeeds, plan: PlanRows) -> dict[tuple, Decision]:
-    """One open decision per comparison, dataset and split whose rows can have the metric."""
+    """One open decision per comparison, dataset and split decided (`decided_splits`: for
+    metric=auc the AUC column alone) whose rows can have the metric."""
     out = {}
     for row, base, axis, ds, why in _candidates(ad, plan):
         if why is None:
-            for split in splits_for(ad, ds):
+            for split in decided_splits(ad, ds):
                 d = Decision(row, base, axis, ds, split)
                 out[d.key] = d
     return out
@@ -261,7 +268,9 @@ def active_pairs(decisions: dict[tuple, Decision]) -> set[tuple[str, str]]:
 def store_values(ad: AdaptiveSeeds, plan: PlanRows, results_dir: str | Path,
                  study: str) -> pd.DataFrame:
     """The metric per (row, dataset, split, seed) from the study's store (status ok); empty
-    before the first result file. A store the report cannot read (a foreign or damaged file)
+    before the first result file. For metric=auc the value the report's AUC column shows, one
+    per seed: from the seed's AUC_ROW_SPLIT row (the pooled AUC, else the first layer's AUC
+    there), under split AUC_DECIDED. A store the report cannot read (a foreign or damaged file)
     is one `ConfigError` line, as the runner gives for its store (exit 2)."""
     import pandas as pd
 
@@ -285,11 +294,15 @@ def store_values(ad: AdaptiveSeeds, plan: PlanRows, results_dir: str | Path,
     if ok.empty or not cols:
         return empty
     ok = ok[ok["trial_id"].isin(plan.row_of)]
+    split = ok["split"]
+    if ad.metric == "auc":  # one value per seed, where the report reads it
+        ok = ok[ok["split"] == AUC_ROW_SPLIT]
+        split = pd.Series(AUC_DECIDED, index=ok.index)
     value = ok[cols[0]].astype(float)
     for c in cols[1:]:  # the report's AUC where it is missing (stores before the pooled one)
         value = value.fillna(ok[c].astype(float))
     out = pd.DataFrame({"row": ok["trial_id"].map(plan.row_of), "dataset": ok["dataset"],
-                        "split": ok["split"], "seed": ok["seed"].astype(int), "value": value})
+                        "split": split, "seed": ok["seed"].astype(int), "value": value})
     return out.dropna(subset=["value"]).groupby(["row", "dataset", "split", "seed"],
                                                 as_index=False)["value"].mean()
 

@@ -21,6 +21,13 @@ MIN_START = {"betting": 2, "asymptotic": 10, "prpl_eb": 2}
 # on every split's row of the seed); FALLBACK where a store has no such value
 METRICS = {"accuracy": "accuracy", "auc": "attn_auc_pooled_l0"}
 FALLBACK = {"auc": "attn_auc_l0"}
+# metric=auc: one value per seed whatever the split (the pooled AUC is on every split's row), so
+# a comparison is decided once per dataset, on the report's AUC column: its decisions' `split`
+# is AUC_DECIDED (analysis.reference.AUC_COLUMN) and its values are read from the seed's
+# AUC_ROW_SPLIT row (analysis.reference.AUC_SPLIT), where the report reads them, FALLBACK too
+# (tests/test_adaptive_auc.py keeps the names equal; analysis is imported lazily here)
+AUC_DECIDED = "auc"
+AUC_ROW_SPLIT = "test_orig"
 # the splits each dataset's generator always makes (tests/test_adaptive.py generates them),
 # the default first: its generalisation split (the papers' headline column)
 DATASET_SPLITS: dict[str, tuple[str, ...]] = {
@@ -144,8 +151,18 @@ def made_splits(dataset: str) -> tuple[str, ...]:
 
 
 def splits_for(ad: AdaptiveSeeds, dataset: str) -> list[str]:
-    """The splits `dataset`'s comparisons are decided on: those asked for that it can make,
-    else its default."""
+    """The splits asked for that `dataset` makes, else its default (for metric=auc only
+    checked: see `decided_splits`)."""
     if ad.split:
         return [s for s in ad.split if s in made_splits(dataset)]
     return [DATASET_SPLITS[dataset][0]]
+
+
+def decided_splits(ad: AdaptiveSeeds, dataset: str) -> list[str]:
+    """What each comparison on `dataset` is decided on, one decision each: the splits of
+    `splits_for` for accuracy; for metric=auc the AUC column alone (`AUC_DECIDED`), whatever
+    `split` lists, since a seed's pooled AUC is the same on every split: deciding it once per
+    split would decide one comparison several times and split alpha over the copies."""
+    if ad.metric == "auc":
+        return [AUC_DECIDED] if splits_for(ad, dataset) else []
+    return splits_for(ad, dataset)
