@@ -480,3 +480,47 @@ def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory
     assert (node_cache / sent.name).read_bytes() == sent.read_bytes()
     [got] = ship.received(node_cache)  # once for the node's trials
     assert got["file"] == sent.name
+
+
+SEARCH_WITH_USER_LAYER = """
+kind: search
+fixed: {dataset: colors, backbone: "user_layers_search:MeanConv", epochs: 1}
+data: {n_train: 40, n_val: 40, n_test: 40, n_max_large: 40}
+arms:
+  mine: {supervision: unsup}
+search:
+  threshold: {low: 1.0e-4, high: 1.0e-1, log: true}
+seeds: [0, 1, 2]
+final_seeds: [5]
+n_trials: 2
+grace_period: 1
+max_concurrent: 1
+"""
+
+
+@pytest.mark.slow  # a real local Ray: about 30 s here; CI runs -m slow too
+def test_a_users_layer_reaches_the_search_trials_and_the_final_tasks(ray_env, tmp_path,
+                                                                     monkeypatch):
+    """A search study with ``backbone=module:Class`` whose module lies in a folder only on the
+    driver's sys.path (not the working directory, not PYTHONPATH): the Tune trials and the
+    final evaluation's Ray tasks import it, as a grid study's trials do (the driver sends
+    `import_paths()`, the workers apply them: `ray_env.worker_env`)."""
+    from test_dense_layers import USER_LAYER
+
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+
+    work, lib = tmp_path / "work", tmp_path / "lib"
+    work.mkdir()
+    lib.mkdir()
+    (lib / "user_layers_search.py").write_text(USER_LAYER)
+    (work / "mine_search.yaml").write_text(SEARCH_WITH_USER_LAYER)
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(lib))
+    assert str(lib) not in os.environ.get("PYTHONPATH", "")
+    assert main(["study=./mine_search.yaml", f"results_dir={tmp_path / 'results'}"]) == 0
+    df = Store(tmp_path / "results", "mine_search").read()
+    assert (df.status == "ok").all(), set(df.error)  # before: no module named 'user_layers_search'
+    assert set(df.role) == {"search", "tuned", "reference"}
+    assert set(df[df.role == "search"].optuna_trial) == {0, 1}
+    assert set(df.backbone) == {"user_layers_search:MeanConv"}

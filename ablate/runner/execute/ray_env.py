@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -57,6 +58,20 @@ def worker_data_env(cache_dir: str | None) -> None:
     if cache_dir:
         os.environ["ABLATE_CACHE"] = cache_dir
     os.environ[ENV_ALLOW] = "0"
+
+
+def worker_env(cache_dir: str | None, import_paths: Iterable[str] = ()) -> None:
+    """In a Ray worker, before it reads a trial's config: the driver's dataset cache with no
+    download (`worker_data_env`) and the driver's folders of user code on `sys.path`
+    (`ablate.user_code.extend_import_path`: a ``backbone=module:Class`` or ``kind:
+    module:attr`` imports there as it does in the driver). The driver sends its
+    `ablate.user_code.import_paths()` with the work; every Ray task or actor that trains a
+    trial calls this: the grid trainable (`ablate.runner.execute.worker`), the search
+    trainable and the final evaluation's task (`ablate.runner.search`)."""
+    from ablate.user_code import extend_import_path
+
+    worker_data_env(cache_dir)
+    extend_import_path(import_paths)
 
 
 def quiet_ray_env() -> None:

@@ -19,11 +19,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ablate.runner.execute.ray_env import worker_data_env
+from ablate.runner.execute.ray_env import worker_env
 from ablate.runner.execute.ship import ensure_dataset
 from ablate.runner.study.kinds import load_attr
 from ablate.trial import epochs
-from ablate.user_code import extend_import_path
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
 
@@ -133,8 +132,7 @@ def trainable(config: dict, blobs: dict | None = None, payloads=None) -> None:
     p = config["trial"]
     if "index" in p and payloads is not None:
         p = payloads.get(p["index"])
-    worker_data_env(p.get("cache_dir"))
-    extend_import_path(p.get("import_paths", ()))  # the driver's folders of user code
+    worker_env(p.get("cache_dir"), p.get("import_paths", ()))  # its cache, its user code
     gpu_ids = ray.get_gpu_ids()
     if not gpu_ids:  # no GPU assigned: never touch one another trial may hold (device=auto)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ablate.runner.execute.ray_env import worker_data_env
+from ablate.runner.execute.ray_env import worker_env
 from ablate.runner.study.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
 
 
@@ -72,16 +72,17 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
     from ablate.runner.study.kinds import trial_kind
     from ablate.trial.graph import run_trial_full
     from ablate.trial.provenance import code_provenance
+    from ablate.user_code import import_paths
 
     graph = trial_kind("graph")
     jobs = final_jobs(spec, arm, best)
     done = store.completed()
     ids = {role: f"{arm}-final-{graph.trial_id(c, graph.data_hash(c))}" for role, c in jobs.items()}
-    cache = os.environ.get("ABLATE_CACHE")
+    cache, paths = os.environ.get("ABLATE_CACHE"), import_paths()
 
     @ray.remote(num_cpus=spec.cpus_per_trial, max_retries=FINAL_RETRIES, retry_exceptions=True)
     def _run(cfg):
-        worker_data_env(cache)
+        worker_env(cache, paths)  # the driver's cache and folders of user code
         return run_trial_full(cfg)
 
     todo = {role: _run.remote(jobs[role]) for role in jobs if ids[role] not in done}

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from ablate.errors import ConfigError
-from ablate.runner.execute.ray_env import worker_data_env
+from ablate.runner.execute.ray_env import worker_env
 from ablate.runner.study.search_spec import METRIC, PARAMS, SearchSpec, arm_config
 
 SEARCH_SPLITS = ("train", "val")  # the only splits a search trial may read
@@ -168,7 +168,7 @@ def search_trainable(config: dict, base: dict, pieces: dict | None = None) -> No
     from ablate.runner.execute.ship import ensure_dataset
     from ablate.trial.setup import prepare_process
 
-    worker_data_env(base.get("cache_dir"))
+    worker_env(base.get("cache_dir"), base.get("import_paths", ()))  # before the config is read
     ensure_dataset(base.get("dataset"), base.get("data_params", ()), base.get("data_hash"),
                    pieces or {})
     torch.set_num_threads(max(1, int(base["cpus"])))

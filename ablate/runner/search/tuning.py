@@ -190,6 +190,7 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
     from ablate.runner.execute.ray_env import tune_storage
     from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
     from ablate.runner.search.trainable import search_trainable
+    from ablate.user_code import import_paths
 
     cfg = arm_config(spec, arm)
     space = build_space(spec.search, cfg)
@@ -209,7 +210,7 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
                               reduction_factor=int(spec.reduction_factor))
     writer = store_writer(store, spec, arm, cfg.epochs, n_new)
     base = {"spec": spec, "arm": arm, "cpus": spec.cpus_per_trial,
-            "cache_dir": os.environ.get("ABLATE_CACHE")}
+            "cache_dir": os.environ.get("ABLATE_CACHE"), "import_paths": import_paths()}
     resources, pieces = search_resources(spec, cfg, base, started)
     fn = tune.with_resources(tune.with_parameters(search_trainable, base=base, pieces=pieces),
                              resources)
