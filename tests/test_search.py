@@ -220,7 +220,8 @@ def test_a_final_config_that_raises_is_retried_then_stored_failed(ray_env, capsy
                for e in rows.error), set(rows.error)
     assert not store.completed()  # a rerun runs them again
     err = capsys.readouterr().err
-    assert f"{arm}: final tuned failed after 2 retries: ConfigError: n_colors" in err
+    assert (f"{arm}: final tuned failed (Ray retries a failed task up to 2 times): "
+            "ConfigError: n_colors") in err
     assert "nan" not in summary(spec, store)
 
 
@@ -305,7 +306,10 @@ def test_a_final_task_ended_by_any_ray_error_is_stored_failed_and_the_others_kep
     failed = rows[rows.role == "reference"]
     assert set(failed.error) == {error_line(error)} and "\n" not in failed.error.iloc[0]
     out, err = capsys.readouterr()
-    assert f"{arm}: final reference failed after 2 retries: {error_line(error)}" in err
+    # only what is known: Ray does not retry every failure (a task no node can run fails at once)
+    assert (f"{arm}: final reference failed (Ray retries a failed task up to 2 times): "
+            f"{error_line(error)}") in err
+    assert "failed after" not in err
     assert f"final evaluation failed for {arm} reference" in out
     assert "Traceback" not in out + err
 

@@ -56,6 +56,7 @@ def final_jobs(spec: SearchSpec, arm: str, best: dict) -> dict:
 
 
 FINAL_RETRIES = 2  # a final config that raises or loses its worker runs again up to this often
+# (Ray's `max_retries`: a task Ray does not retry, e.g. one no node can run, fails at once)
 
 
 def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]:
@@ -97,7 +98,10 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
             res = ray.get(ref)
         except TRIAL_FAILURES as e:  # any Ray error: the trial's, not the driver's
             error = error_line(e)
-            say(f"[{spec.name}] {arm}: final {role} failed after {FINAL_RETRIES} retries: {error}")
+            # how many attempts ran is not known here: Ray retries a task that raised or lost
+            # its worker, not one it could not schedule or one its memory monitor killed
+            say(f"[{spec.name}] {arm}: final {role} failed (Ray retries a failed task up to "
+                f"{FINAL_RETRIES} times): {error}")
             cfg = jobs[role]
             base = {**graph.columns(cfg), **code_provenance()}
             rows = [{**base, "seed": s, "split": "test_orig", "status": "error", "error": error}
