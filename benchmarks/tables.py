@@ -329,10 +329,31 @@ def _adaptive_run(doc: dict, rel: str) -> str:
         f"seed runs: fixed {10 * len(rows)}, adaptive {ad['seed_runs']} of at most "
         f"{ad['seed_runs_max']}{_adaptive_cost(doc)}. 'Equivalent' is a finding the fixed test "
         f"cannot make (no difference of ±{100 * ad['options']['equivalence']:g} points or "
-        f"more).{tiny}\n\n"
+        f"more).{tiny}{_adaptive_sequence(ad)}\n\n"
         f"Source: `benchmarks/results/{rel}` and its log (`python benchmarks/adaptive_study.py "
         f"{doc['study']} --max {doc['max']}`; {_adaptive_commits(doc)}; "
         f"{doc['machine']['cores']} cores, {doc['machine']['note']}).\n")
+
+
+def _adaptive_sequence(ad: dict) -> str:
+    """Which sequence decided the record, and where it is not today's default what of it the
+    default would not decide: an 'equivalent' from an interval of [0, 0] (every paired
+    difference 0), which the betting sequence never says (the simulation's zero-spread line)."""
+    from ablate.runner.plan.adaptive_options import AdaptiveSeeds
+
+    opts, default = ad["options"], AdaptiveSeeds().sequence
+    seq = opts.get("sequence", "asymptotic")
+    text = (f" Decided by the `{seq}` sequence (alpha {opts['alpha']:g}, the record's "
+            "`adaptive.options`)")
+    if seq == default:
+        return text + ", today's default."
+    zero = sum(c["decision"] == "equivalent" and c["lo"] and c["lo"][-1] == 0 == c["hi"][-1]
+               for c in ad["comparisons"])
+    text += f", not today's default (`{default}`, issue 54)"
+    if zero:
+        text += (f"; {zero} 'equivalent' came from an interval of [0, 0] (every paired difference "
+                 "0), which the default never calls equivalent: such a comparison stays open")
+    return text + "."
 
 
 def _adaptive_commits(doc: dict) -> str:
