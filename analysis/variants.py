@@ -278,8 +278,12 @@ def comparisons(df: pd.DataFrame, axes: RowAxes) -> dict[str, list[Comparison]]:
     the paper's (`REFERENCE_VALUES`) when present, else the value shared by the most rows
     of the study (each weighted by the number of other axes it shares with the group),
     else the first in table order. A row not at the reference is compared with the
-    group's reference row (the first in table order where several are); a row without
-    such a neighbour gets no comparison.
+    group's reference row (the first in table order where several are). A row with
+    attention that no such neighbour reaches (e.g. the TU studies' weak rows, whose threshold,
+    KL weight and init differ from every other row's) is compared with the global-pool row
+    that equals it in every axis but pool_layers and the attention axes (a global-pool row's
+    attention settings mean nothing): the paper's question of that row. Any other row
+    without a neighbour gets no comparison.
 
     A row's value of an axis is taken from all of its records (`row_values`): the one
     value they hold, or where they hold several (an axis that is not a row axis but
@@ -318,6 +322,16 @@ def comparisons(df: pd.DataFrame, axes: RowAxes) -> dict[str, list[Comparison]]:
                 continue
             base = next(c for c in group if _same(vals[c][a], ref))
             out[r].append(Comparison(base, a, axis_value_text(vals[r][a]), axis_value_text(ref)))
+    if "pool_layers" in varied:  # attention rows that no one-axis neighbour reaches
+        for r in order:
+            base = None if out[r] or glob[r] else next(
+                (c for c in order if glob[c] and all(
+                    _same(vals[r][b], vals[c][b]) for b in varied
+                    if b != "pool_layers" and b not in ATTENTION_AXES)), None)
+            if base is not None:
+                out[r].append(Comparison(base, "pool_layers",
+                                         axis_value_text(vals[r]["pool_layers"]),
+                                         axis_value_text(vals[base]["pool_layers"])))
     return out
 
 

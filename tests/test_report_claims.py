@@ -152,14 +152,20 @@ def _labelled(rows: list[dict]) -> pd.DataFrame:
     return add_rows(df, row_axes(df))
 
 
-def test_rows_without_a_one_axis_neighbour_get_no_comparison():
-    """GIN global pool, GIN unsup top-k and GIN sup differ pairwise in two axes each."""
+def test_rows_without_a_one_axis_neighbour_fall_back_to_their_global_pool_or_get_none():
+    """GIN global pool, GIN unsup top-k and GIN sup differ pairwise in two axes each: the two
+    attention rows are compared with global pooling along pool_layers (a global-pool row's
+    attention settings mean nothing); without a global-pool row they get no comparison."""
     rows = [trial_record(trial_id="g", backbone="gin", pool_layers=""),
             trial_record(trial_id="t", backbone="gin", selection="topk"),
             trial_record(trial_id="s", backbone="gin", supervision="sup")]
     df = _labelled(rows)
-    assert comparisons(df, row_axes(df)) == {"GIN global pool": [], "GIN unsup top-k": [],
-                                             "GIN sup": []}
+    got = comparisons(df, row_axes(df))
+    assert got["GIN global pool"] == []
+    for row in ("GIN unsup top-k", "GIN sup"):
+        assert [(c.baseline, c.axis) for c in got[row]] == [("GIN global pool", "pool_layers")]
+    df = _labelled(rows[1:])
+    assert comparisons(df, row_axes(df)) == {"GIN unsup top-k": [], "GIN sup": []}
 
 
 def _axes_of(label: str) -> tuple[str, str]:
