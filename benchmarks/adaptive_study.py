@@ -2,6 +2,8 @@
 
     python benchmarks/adaptive_study.py supervision --max 20     # runs it, then writes the JSON
     python benchmarks/adaptive_study.py supervision --max 20 --results DIR   # resume / re-read
+    python benchmarks/adaptive_study.py benchmarks/studies/tu_proteins.yaml --max 40 \
+        --override data.path=DIR --out benchmarks/results/<machine-date>-adaptive-tu
 
 Runs `python -m ablate.run study=NAME seeds={adaptive: {max: MAX}}` as a user would (its
 defaults: round 1 = seeds 0-9 of every row, then 2 seeds a round for the rows of open
@@ -28,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "results" / "cpu-2026-11-27-adaptive"
 
 
-def run(name: str, max_seeds: int, results: Path, log: Path) -> dict:
-    cmd = [sys.executable, "-m", "ablate.run", f"study={name}",
+def run(name: str, max_seeds: int, results: Path, log: Path, overrides: list[str] = ()) -> dict:
+    cmd = [sys.executable, "-m", "ablate.run", f"study={name}", *overrides,
            f"seeds={{adaptive:{{max:{max_seeds}}}}}", f"results_dir={results}", "progress=none"]
     t0 = time.time()
     rounds = []
@@ -99,7 +101,8 @@ def trial_commits(name: str, results: Path) -> list[str]:
     return sorted({f"{s}{'*' if d else ''}" for s, d in zip(df["git_sha"], df["git_dirty"].fillna(""))})
 
 
-def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict]:
+def fixed_verdicts(name: str, results: Path, decisions: list[dict],
+                   overrides: list[str] = ()) -> list[dict]:
     """The report's test at a fixed 10 seeds for each comparison the adaptive run made."""
     import numpy as np
 
@@ -107,9 +110,9 @@ def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict
     from ablate.runner.study.expand import build_study
     from analysis import stats
 
-    study, _ = build_study(name, ["seeds={adaptive:{max:10}}"])
+    study, _ = build_study(name, [*overrides, "seeds={adaptive:{max:10}}"])
     plan = ad.plan_rows(study.trials)
-    values = ad.store_values(ad.AdaptiveSeeds(max=10), plan, results, name)
+    values = ad.store_values(ad.AdaptiveSeeds(max=10), plan, results, Path(name).stem)
     values = values[values["seed"] < 10]
     by = {k: g.set_index("seed")["value"] for k, g in values.groupby(["row", "dataset", "split"])}
     out, ps = [], []
@@ -127,15 +130,15 @@ def fixed_verdicts(name: str, results: Path, decisions: list[dict]) -> list[dict
     return out
 
 
-def row_spreads(name: str, results: Path, max_seeds: int) -> list[dict]:
+def row_spreads(name: str, results: Path, max_seeds: int, overrides: list[str] = ()) -> list[dict]:
     """Each row's seeds in the store, per (dataset, split): count, mean and sample std of the
     metric the comparisons read (the spreads `adaptive_sim.py` simulates are taken from here)."""
     from ablate.runner.plan import adaptive as ad
     from ablate.runner.study.expand import build_study
 
-    study, _ = build_study(name, [f"seeds={{adaptive:{{max:{max_seeds}}}}}"])
+    study, _ = build_study(name, [*overrides, f"seeds={{adaptive:{{max:{max_seeds}}}}}"])
     values = ad.store_values(ad.AdaptiveSeeds(max=max_seeds), ad.plan_rows(study.trials), results,
-                             name)
+                             Path(name).stem)
     return [{"row": row, "dataset": dataset, "split": split, "seeds": int(len(g)),
              "mean": round(float(g["value"].mean()), 4),
              "std": round(float(g["value"].std(ddof=1)), 4) if len(g) > 1 else None}
@@ -144,31 +147,37 @@ def row_spreads(name: str, results: Path, max_seeds: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("study")
+    ap.add_argument("study", help="a study name or a study file (its store is under its stem)")
+    ap.add_argument("--override", action="append", default=[],
+                    help="a command-line override for the run and the re-read (repeatable)")
+    ap.add_argument("--out", type=Path, default=OUT, help="the record's folder")
     ap.add_argument("--max", type=int, default=20)
     ap.add_argument("--results", type=Path, default=None, help="result store (default: a folder in /tmp)")
     ap.add_argument("--no-run", action="store_true", help="only re-read a finished run's store")
     ap.add_argument("--note", default="other work ran beside it (nice 19 MNIST-75SP runs)",
                     help="what else ran on the machine (the record's machine note)")
     args = ap.parse_args()
-    results = args.results or Path(f"/tmp/adaptive_{args.study}")
-    OUT.mkdir(parents=True, exist_ok=True)
-    log = OUT / f"{args.study}.log"
-    got = from_log(log) if args.no_run else run(args.study, args.max, results, log)
-    doc = json.loads((results / args.study / "adaptive.json").read_text())
-    fixed = fixed_verdicts(args.study, results, doc["comparisons"])
+    name = Path(args.study).stem
+    results = args.results or Path(f"/tmp/adaptive_{name}")
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / f"{name}.log"
+    got = from_log(log) if args.no_run else run(args.study, args.max, results, log, args.override)
+    doc = json.loads((results / name / "adaptive.json").read_text())
+    fixed = fixed_verdicts(args.study, results, doc["comparisons"], args.override)
     from ablate.trial.provenance import git_sha, tree_state
 
-    costs = round_costs(args.study, results, doc["options"])
-    commits = trial_commits(args.study, results)
-    rec = {"study": args.study, "max": args.max, **got, "adaptive": doc, "fixed_10": fixed,
-           "round_costs": costs, "row_spreads": row_spreads(args.study, results, args.max),
+    costs = round_costs(name, results, doc["options"])
+    commits = trial_commits(name, results)
+    rec = {"study": name, "max": args.max, **got, "adaptive": doc, "fixed_10": fixed,
+           "overrides": args.override, "round_costs": costs,
+           "row_spreads": row_spreads(args.study, results, args.max, args.override),
            "trials_git_sha": commits,
            "git_sha": git_sha(), "git_dirty": tree_state(str(ROOT)),
            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                        "note": args.note}}
-    (OUT / f"{args.study}.json").write_text(json.dumps(rec, indent=1) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
     print(json.dumps({k: v for k, v in rec.items() if k not in ("adaptive",)}, indent=1)[:3000])
 
 
