@@ -181,3 +181,88 @@ def test_tu_search_end_to_end(tmp_path, tu_dir):
     assert all('"final": true' in p for p in final.data_params)
     assert "test_large" in set(final[final.role == "tuned"].split)
     assert "global_pool" in out.stdout and "2-fold CV" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def named_dir(tmp_path_factory) -> Path:
+    """A tiny TU set under a name of the collection (tu:MUTAG), fabricated as PROTEINS is."""
+    root = tmp_path_factory.mktemp("tu_named_search")
+    _write_tu(root / "MUTAG", "MUTAG", node_labels=True)
+    return root
+
+
+def test_tu_search_takes_any_tu_set_by_name(named_dir, capsys):
+    """`dataset=tu:NAME` on the command line replaces every arm's data set (as it replaces the
+    grid's and the variants' in a grid study): each arm keeps its architecture on that set,
+    init is tuned where the arm keeps the reference init, a command-line data.KEY replaces an
+    arm's own, and the dry run names the data set of every arm. Before: the arms' PROTEINS,
+    D&D and COLLAB won silently."""
+    from ablate.run import main
+    from ablate.runner.search.final import final_jobs
+    from ablate.runner.study.search_spec import arm_config, build_space, load_search_spec
+
+    args = ["dataset=tu:MUTAG", f"data.path={named_dir}"]
+    spec = load_search_spec("tu_search", args)
+    cfgs = {a: arm_config(spec, a) for a in spec.arms}
+    assert {c.dataset for c in cfgs.values()} == {"tu:MUTAG"}
+    assert (cfgs["proteins_weak"].backbone, cfgs["collab_weak"].pool_layers) == ("gcn", (3,))
+    assert {"init_dist", "init_scale"} <= set(build_space(spec.search, cfgs["proteins_weak"]))
+    assert not {"init_dist", "init_scale"} & set(build_space(spec.search, cfgs["collab_weak"]))
+    jobs = final_jobs(spec, "dd_weak", {"params": {"threshold": 0.005}})
+    assert {c.dataset for c in jobs.values()} == {"tu:MUTAG"}
+    assert all(c.data_kwargs["final"] is True for c in jobs.values())
+    assert cfgs["dd300_weak"].data_kwargs["max_train_nodes"] == 300  # the arm's, unless given
+    spec = load_search_spec("tu_search", [*args, "data.max_train_nodes=20"])
+    assert arm_config(spec, "dd300_weak").data_kwargs["max_train_nodes"] == 20
+    assert main(["study=tu_search", *args, "arms=proteins_weak,collab_weak", "dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("dataset=tu:MUTAG") == 2 and "'proteins'" not in out, out
+    # without the override the arms keep their own data sets (and the reference's spaces)
+    spec = load_search_spec("tu_search", [f"data.path={named_dir}"])
+    assert [arm_config(spec, a).dataset for a in spec.arms] == ["proteins", "dd", "dd", "collab"]
+
+
+def test_an_arms_store_of_another_data_set_is_refused_before_ray(named_dir, tmp_path, capsys):
+    """An arm's Optuna study and rows are of one data set: rerunning it with dataset=tu:NAME
+    into the same results_dir is one line (exit 2) before Ray starts, not a study continued on
+    other data."""
+    from ablate.config import axes
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+    from ablate.runner.study.search_spec import arm_config, load_search_spec
+
+    spec = load_search_spec("tu_search", [f"data.path={named_dir}", f"results_dir={tmp_path}"])
+    cfg = arm_config(spec, "proteins_weak", threshold=0.01)
+    row = {**axes(cfg), "search_arm": "proteins_weak", "role": "search", "optuna_trial": 0,
+           "pruned": False, "epochs_run": 1, "objective": 0.5, "seed": 0, "fold": 0,
+           "split": "val", "accuracy": 0.5, "status": "ok", "error": ""}
+    Store(tmp_path, "tu_search").write("proteins_weak-trial00000", [row])
+    argv = ["study=tu_search", "dataset=tu:MUTAG", "arms=proteins_weak",
+            f"data.path={named_dir}", *TINY, f"results_dir={tmp_path}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: arm proteins_weak: ") and "\n" not in err, err
+    assert "holds its search on dataset proteins, this run asks for tu:MUTAG" in err
+    import ray
+
+    assert not ray.is_initialized()
+
+
+@pytest.mark.slow  # a real local Ray, about a minute here; CI runs -m slow too
+def test_tu_search_end_to_end_on_a_tu_set_by_name(tmp_path, named_dir):
+    """study=tu_search dataset=tu:MUTAG: the search and the final rows are MUTAG's."""
+    from ablate.run import main
+    from ablate.runner.execute.store import read_trials
+
+    argv = ["study=tu_search", "dataset=tu:MUTAG", f"data.path={named_dir}", *TINY,
+            f"results_dir={tmp_path}", "arms=proteins_weak", "n_trials=1", "epochs=1",
+            "cv_folds=2", "seeds=[0,1]", "final_seeds=[5]", "grace_period=1"]
+    try:
+        assert main(argv) == 0
+    finally:
+        import ray
+
+        ray.shutdown()
+    df = read_trials(tmp_path, "tu_search")
+    assert set(df.dataset) == {"tu:MUTAG"} and (df.status == "ok").all(), set(df.error)
+    assert set(df.role) == {"search", "tuned", "reference", "global_pool"}

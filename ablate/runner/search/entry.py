@@ -18,8 +18,8 @@ The modules: `search_spec` (the study file and overrides, composed by
 `ablate.runner.study.compose`; arms and space), `trainable` (the Tune trainable),
 `tuning` (Optuna study, Tune run, store rows), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
-this one holds only the entry point (`main`), the dry-run text (`describe`) and the embedded
-Ray's stop (`_stop_ray`).
+this one holds only the entry point (`main`), the dry-run text (`describe`), the checks
+before Ray starts (`_one_dataset_per_arm`, `_recipe`) and the embedded Ray's stop (`_stop_ray`).
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def describe(spec: SearchSpec) -> str:
         cfg = arm_config(spec, arm)
         space = {k: (tuple(d.choices) if hasattr(d, "choices") else (d.low, d.high, d.log))
                  for k, d in build_space(spec.search, cfg).items()}
-        lines.append(f"{arm}: {spec.arms[arm]} epochs={cfg.epochs} cv_folds={spec.cv_folds} "
-                     f"space={space} final={sorted(final_jobs(spec, arm, {'params': {}}))}")
+        lines.append(f"{arm}: {spec.arms[arm]} epochs={cfg.epochs} dataset={cfg.dataset} "
+                     f"cv_folds={spec.cv_folds} space={space} "
+                     f"final={sorted(final_jobs(spec, arm, {'params': {}}))}")
     return "\n".join(lines)
 
 
@@ -71,6 +72,7 @@ def main(name: str, argv: list[str]) -> int:
     store.lock()
     started = False
     try:
+        _one_dataset_per_arm(spec, store)
         store.keep_study_file(locate_study(name))  # the study file as run, beside its trials
         check_cluster_reachable(cluster_address(spec.ray_address))  # before the data is built
         for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
@@ -79,8 +81,9 @@ def main(name: str, argv: list[str]) -> int:
                     load_graphsets(cfg.dataset, **cfg.data_kwargs)
                 except ConfigError as e:  # a data parameter or path refused (generators too);
                     # anything else (a damaged cache, a bug) is raised as it is, folder kept
-                    raise ConfigError(f"dataset {cfg.dataset}: {e} (dataset parameters are set as "
-                                      "data.KEY=VALUE, final_data.KEY=VALUE)") from None
+                    raise ConfigError(f"dataset {cfg.dataset}: {e} (arm {arm}; dataset "
+                                      "parameters are set as data.KEY=VALUE, final_data.KEY="
+                                      "VALUE; arms=NAME runs only some arms)") from None
         started = start_ray(spec.ray_address)  # False: joined a Ray already running here
         failed = []
         for arm in spec.arms:
@@ -103,6 +106,24 @@ def main(name: str, argv: list[str]) -> int:
         if started:
             _stop_ray(store, embedded=not cluster_address(spec.ray_address))
     return 0
+
+
+def _one_dataset_per_arm(spec: SearchSpec, store) -> None:
+    """An arm's Optuna study and its rows in the store are of one data set: a run that gives
+    the arm another (``dataset=`` on the command line replaces the arms' own) is refused in
+    one line before Ray starts, rather than continue the arm's study with other data."""
+    if not store.trial_files():
+        return
+    df = store.read()
+    if df.empty or "search_arm" not in df or "dataset" not in df:
+        return
+    for arm in spec.arms:
+        want = arm_config(spec, arm).dataset
+        held = sorted(set(df[df.search_arm == arm].dataset.dropna()) - {want})
+        if held:
+            raise ConfigError(f"arm {arm}: {store.dir} holds its search on dataset {held[0]}, "
+                              f"this run asks for {want}; give another results_dir= (an arm's "
+                              "Optuna study searches one data set)")
 
 
 def _recipe(cfg) -> None:

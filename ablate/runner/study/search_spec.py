@@ -132,6 +132,8 @@ def _apply_overrides(spec: SearchSpec, overrides: list[str]) -> list[str] | None
         elif key.startswith(("data.", "final_data.")):
             section, _, name = key.partition(".")
             _put(getattr(spec, section), name, value, o.delete)
+            if section == "data":
+                _unset_in_arms(spec, key)
         elif key.startswith("search."):
             parts = key.split(".")
             if len(parts) not in (2, 3) or parts[1] not in PARAMS or (len(parts) == 2
@@ -144,14 +146,25 @@ def _apply_overrides(spec: SearchSpec, overrides: list[str]) -> list[str] | None
                 _put(spec.search.setdefault(parts[1], {}), parts[2], value, o.delete)
         elif key in axes:
             _put(spec.fixed, key, value, o.delete)
+            _unset_in_arms(spec, key)
         elif o.add:  # +new=value: a free-form axis (TrialConfig.extra), as in every study
             _put(spec.fixed, "+" + key, value, o.delete)
+            _unset_in_arms(spec, "+" + key)
         else:
             valid = sorted(["arms", "seed", *SEED_KEYS, *SETTINGS, *axes])
             raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(valid)}, data.KEY, "
                               f"final_data.KEY, search.PARAM.KEY, +NEW=VALUE"
                               f"{did_you_mean(key, valid)}")
     return arms
+
+
+def _unset_in_arms(spec: SearchSpec, key: str) -> None:
+    """A trial axis or data.KEY set on the command line holds for every arm: it replaces the
+    value an arm sets (``dataset=tu:MUTAG`` on a study whose arms name their data sets), as it
+    replaces a grid axis and the variants' values in a grid study (`compose._set_axis`)."""
+    for axes_ in spec.arms.values():
+        if isinstance(axes_, dict):
+            axes_.pop(key, None)
 
 
 def _put(target: dict, key: str, value: Any, delete: bool) -> None:
