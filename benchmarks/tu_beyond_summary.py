@@ -7,7 +7,8 @@ Reads the study's result store (`ablate.read_trials`), keeps the finished runs o
 fold (`test_orig`), and writes benchmarks/results/<machine-date>-tu-beyond/summary.json: for
 every (data set, backbone), each row's mean, std (ddof 1) and n over folds x seeds, and the
 difference of weak and of unsup attention to global pooling over the (fold, seed) pairs both
-rows finished, with a t interval over those pairs. The commits the trials ran at (from the
+rows finished: per fold the mean over its seeds, and over the folds the corrected resampled t
+interval of cross-validation (`fold_difference`). The commits the trials ran at (from the
 store) and the machine are in the record; the report (`python -m analysis.report`) has the
 rest.
 """
@@ -28,10 +29,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def summarise(df) -> dict:
-    """The per-(data set, backbone) cells and paired differences of a `read_trials` frame."""
+def fold_difference(pairs: list[tuple], row: dict, base: dict, folds: int) -> dict | None:
+    """The difference row - base over the (fold, seed) `pairs` both rows finished, with the
+    corrected resampled t interval of k-fold cross-validation (Nadeau & Bengio 2003, Machine
+    Learning 52: the folds' training sets overlap, so the variance of the mean of the k
+    per-fold differences is (1/k + n_test/n_train) s^2, not s^2/k; n_test/n_train =
+    1/(folds - 1)). The seeds of a fold share its test graphs, so they are averaged first:
+    the fold is the unit. None with fewer than 2 folds."""
     from scipy import stats
 
+    by_fold: dict = {}
+    for k in pairs:
+        by_fold.setdefault(k[0], []).append(row[k] - base[k])
+    if len(by_fold) < 2:
+        return None
+    d = np.array([np.mean(v) for _, v in sorted(by_fold.items())])
+    k = len(d)
+    half = float(stats.t.ppf(0.975, k - 1) * d.std(ddof=1) * np.sqrt(1 / k + 1 / (folds - 1)))
+    return {"mean": float(d.mean()), "lo": float(d.mean() - half), "hi": float(d.mean() + half),
+            "pairs": len(pairs), "folds": k}
+
+
+def summarise(df, folds: int = 10) -> dict:
+    """The per-(data set, backbone) cells and paired differences of a `read_trials` frame
+    (`folds`: the cross-validation's k)."""
     ok = df[(df["status"] == "ok") & (df["split"] == "test_orig")].copy()
     ok["row"] = np.where(ok["pool_layers"].astype(str) == "", "global", ok["supervision"])
     ok["fold"] = [json.loads(p).get("fold") for p in ok["data_params"]]
@@ -46,12 +67,9 @@ def summarise(df) -> dict:
         diffs = {}
         for row in ("weak", "unsup"):
             pairs = sorted(set(runs.get(row, {})) & set(runs.get("global", {})))
-            if len(pairs) < 2:
-                continue
-            d = np.array([runs[row][k] - runs["global"][k] for k in pairs])
-            half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
-            diffs[row] = {"mean": float(d.mean()), "lo": float(d.mean() - half),
-                          "hi": float(d.mean() + half), "pairs": len(pairs)}
+            d = fold_difference(pairs, runs.get(row, {}), runs.get("global", {}), folds)
+            if d is not None:
+                diffs[row] = d
         rows.append({"dataset": dataset, "backbone": backbone, "cells": cells, "diffs": diffs})
     return {"rows": rows}
 

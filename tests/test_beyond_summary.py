@@ -1,0 +1,40 @@
+"""The beyond-the-paper record's differences: per fold first, then the corrected resampled t
+interval of k-fold cross-validation (Nadeau & Bengio 2003), checked against hand values."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _summary():
+    spec = importlib.util.spec_from_file_location(
+        "tu_beyond_summary", ROOT / "benchmarks" / "tu_beyond_summary.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_interval_is_over_folds_with_the_overlap_correction():
+    mod = _summary()
+    # folds 0-2, 2 seeds each: differences (1, 3), (0, 2), (4, 2) -> fold means 2, 1, 3
+    row = {(0, 0): 11.0, (0, 1): 13.0, (1, 0): 10.0, (1, 1): 12.0, (2, 0): 14.0, (2, 1): 12.0}
+    base = dict.fromkeys(row, 10.0)
+    d = mod.fold_difference(sorted(row), row, base, folds=10)
+    # mean 2, s 1 over 3 folds: half = t(0.975, 2) * sqrt(1/3 + 1/9) = 4.302653 * 2/3
+    assert d["mean"] == pytest.approx(2.0)
+    assert d["hi"] - d["mean"] == pytest.approx(4.302653 * 2 / 3, rel=1e-6)
+    assert d["mean"] - d["lo"] == pytest.approx(d["hi"] - d["mean"])
+    assert (d["folds"], d["pairs"]) == (3, 6)
+    # treating the 6 runs as independent pairs would give the narrower +-2.0 interval
+    assert d["hi"] - d["mean"] > 2.5
+
+
+def test_one_fold_gives_no_interval():
+    mod = _summary()
+    row = {(0, 0): 1.0, (0, 1): 2.0}
+    assert mod.fold_difference(sorted(row), row, dict.fromkeys(row, 0.0), folds=10) is None
