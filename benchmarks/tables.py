@@ -321,15 +321,13 @@ def _adaptive_run(doc: dict, rel: str) -> str:
                    f"{c['round'] or '-'}, {c['seeds']} | {kind} |")
     rows = {c["row"] for c in ad["comparisons"]} | {c["baseline"] for c in ad["comparisons"]}
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items()))
-    tiny = (" A 0.0 difference on TRIANGLES is two rows that count no graph right at this tiny "
-            "size (the report explains 0.0 ± 0.0)." if doc["study"] == "smoke" else "")
     state = "" if ad.get("finished", True) else " (not finished: a rerun continues it)"
     return "\n".join(out) + (
         f"\n\nOf {len(ad['comparisons'])} comparisons ({counts}); after round {ad['round']}{state}; "
         f"seed runs: fixed {10 * len(rows)}, adaptive {ad['seed_runs']} of at most "
         f"{ad['seed_runs_max']}{_adaptive_cost(doc)}. 'Equivalent' is a finding the fixed test "
         f"cannot make (no difference of ±{100 * ad['options']['equivalence']:g} points or "
-        f"more).{tiny}{_adaptive_sequence(ad)}\n\n"
+        f"more).{_adaptive_sequence(ad)}\n\n"
         f"Source: `benchmarks/results/{rel}` and its log (`python benchmarks/adaptive_study.py "
         f"{doc['study']} --max {doc['max']}`; {_adaptive_commits(doc)}; "
         f"{doc['machine']['cores']} cores, {doc['machine']['note']}).\n")
