@@ -9,11 +9,11 @@ never calls equivalent. The docs once read the ground-truth one as a finding.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
+from _bench import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks" / "results" / "cpu-2026-11-27-adaptive"
@@ -22,10 +22,7 @@ GT = ("ChebyGIN (ref. script) + GT attention", "GIN + GT attention")
 
 
 def _tables():
-    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("tables")
 
 
 def test_the_records_are_the_asymptotic_sequences_and_their_equivalents_zero_spread():

@@ -3,17 +3,15 @@ the round of its seeds, whole across a run stopped and resumed (the log's walls 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pandas as pd
+from _bench import benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-_spec = importlib.util.spec_from_file_location("adaptive_study", ROOT / "benchmarks" / "adaptive_study.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = benchmark("adaptive_study")
 
 
 def _trial(folder: Path, tid: str, seeds: list[int], trial_s: float, start: float,
@@ -62,9 +60,7 @@ def test_the_simulated_spreads_are_the_kept_records():
     import json
     import statistics
 
-    spec = importlib.util.spec_from_file_location("adaptive_sim", ROOT / "benchmarks" / "adaptive_sim.py")
-    sim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sim)
+    sim = benchmark("adaptive_sim")
     results = ROOT / "benchmarks" / "results"
     rec = json.loads((results / "cpu-2026-11-27-adaptive" / "supervision.json").read_text())
     colors = [r for r in rec["row_spreads"] if r["row"] == "ChebyGIN (ref. script) global pool"

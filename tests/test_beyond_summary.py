@@ -3,20 +3,16 @@ interval of k-fold cross-validation (Nadeau & Bengio 2003), checked against hand
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from _bench import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _summary():
-    spec = importlib.util.spec_from_file_location(
-        "tu_beyond_summary", ROOT / "benchmarks" / "tu_beyond_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("tu_beyond_summary")
 
 
 def test_the_interval_is_over_folds_with_the_overlap_correction():

@@ -10,12 +10,12 @@ batches the same weights; the benchmark then compares the two over seeds with dr
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _bench import benchmark
 
 from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
@@ -25,10 +25,7 @@ from ablate.trial.batches import TrainBatches, collate
 from ablate.trial.fit import fit
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("mnist_fidelity",
-                                               ROOT / "benchmarks" / "mnist_fidelity.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = benchmark("mnist_fidelity")
 
 
 def mnist_like(G: int = 24, seed: int = 0) -> GraphSet:

@@ -5,7 +5,6 @@ checkpoint (a stopped run continues, nothing repeats), the records and the log p
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,13 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from _bench import benchmark
 from conftest import fake_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    "mnist_train_reference", ROOT / "benchmarks" / "mnist_train_reference.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = benchmark("mnist_train_reference")
 
 FAKE_MAIN = '''import argparse, os, sys
 ap = argparse.ArgumentParser()

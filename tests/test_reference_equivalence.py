@@ -16,12 +16,12 @@ gave the same TEST-LARGE-C spread.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _bench import benchmark
 
 from ablate.config import TrialConfig, resolve
 from ablate.data.graphs import GraphSet
@@ -31,10 +31,7 @@ from ablate.trial.batches import TrainBatches, collate
 from ablate.trial.fit import fit
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("reference_semantics",
-                                               ROOT / "benchmarks" / "reference_semantics.py")
-reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reference)
+reference = benchmark("reference_semantics")
 RefNet, ref_batch, ref_train = reference.RefNet, reference.ref_batch, reference.ref_train
 RefAttnNet = reference.RefAttnNet
 

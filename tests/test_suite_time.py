@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from _bench import benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("suite_time", ROOT / "benchmarks" / "suite_time.py")
-suite_time = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(suite_time)
+suite_time = benchmark("suite_time")
 
 
 def test_counts_read_pytests_closing_line():

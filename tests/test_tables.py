@@ -3,18 +3,16 @@ makes of the JSON in `benchmarks/results/` (issue 36)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from _bench import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tables():
-    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("tables")
 
 
 def test_every_generated_table_in_the_docs_matches_the_results_on_disk():

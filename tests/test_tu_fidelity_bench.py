@@ -4,17 +4,15 @@ is parsed (last test epoch, accuracy, train accuracy), a failing run is one clea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from _bench import benchmark
 from conftest import fake_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("tu_fidelity", ROOT / "benchmarks" / "tu_fidelity.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = benchmark("tu_fidelity")
 
 FAKE_MAIN = '''import sys
 args = sys.argv[1:]
