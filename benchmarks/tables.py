@@ -265,19 +265,22 @@ def tu_published() -> str:
         f"(as the table above); the paper's and the notebook's figures as published.\n"
 
 
-ADAPTIVE_STUDIES = ("supervision", "smoke")  # benchmarks/adaptive_study.py's runs, shown in order
+# benchmarks/adaptive_study.py's runs, shown in order: (record, the study as it was named)
+ADAPTIVE_STUDIES = (("cpu-2026-11-27-adaptive/supervision.json", "supervision"),
+                    ("cpu-2026-11-27-adaptive/smoke.json", "smoke"),
+                    ("cpu-2026-12-02-adaptive-tu/tu_proteins.json",
+                     "benchmarks/studies/tu_proteins.yaml"))
 
 
 def adaptive_study() -> str:
     """Real studies run adaptively beside the same study at a fixed 10 seeds
     (`benchmarks/adaptive_study.py`): each comparison's verdict both ways, the seeds and time."""
     parts = []
-    for name in ADAPTIVE_STUDIES:
-        rel = f"cpu-2026-11-27-adaptive/{name}.json"
+    for rel, study in ADAPTIVE_STUDIES:
         doc = _load(rel)
         if doc:
-            parts.append(_adaptive_run(doc, rel))
-    return "\n".join(parts) if parts else _missing(f"cpu-2026-11-27-adaptive/{ADAPTIVE_STUDIES[0]}.json")
+            parts.append(_adaptive_run(doc, rel, study))
+    return "\n".join(parts) if parts else _missing(ADAPTIVE_STUDIES[0][0])
 
 
 def _adaptive_cost(doc: dict) -> str:
@@ -299,10 +302,10 @@ def _adaptive_cost(doc: dict) -> str:
             f"{doc['wall_s'] / 60:.0f} min to round {ad['round']}" if fixed_wall else "")
 
 
-def _adaptive_run(doc: dict, rel: str) -> str:
+def _adaptive_run(doc: dict, rel: str, study: str) -> str:
     ad = doc["adaptive"]
     fixed = {(f["row"], f["baseline"], f["split"]): f for f in doc["fixed_10"]}
-    out = [f"**study={doc['study']}**", "",
+    out = [f"**study={study}**", "",
            "| comparison | split | fixed 10 seeds: Δ (points), Holm p, verdict | adaptive: "
            "decision, round, seeds | which decides |", "|---|---|---|---|---|"]
     kinds: dict[str, int] = {}
@@ -329,7 +332,8 @@ def _adaptive_run(doc: dict, rel: str) -> str:
         f"cannot make (no difference of ±{100 * ad['options']['equivalence']:g} points or "
         f"more).{_adaptive_sequence(ad)}\n\n"
         f"Source: `benchmarks/results/{rel}` and its log (`python benchmarks/adaptive_study.py "
-        f"{doc['study']} --max {doc['max']}`; {_adaptive_commits(doc)}; "
+        f"{study} --max {doc['max']}"
+        f"{''.join(f' --override {o}' for o in doc.get('overrides', []))}`; {_adaptive_commits(doc)}; "
         f"{doc['machine']['cores']} cores, {doc['machine']['note']}).\n")
 
 
