@@ -48,3 +48,18 @@ class DeviceMemoryExhausted(RuntimeError):
     """Device memory ran out for the smallest piece of work (one member's training, the
     smallest evaluation chunk): the same trial on the same device would fail the same way,
     so the worker does not retry it. The message names the remedy."""
+
+
+# Errors a retry cannot fix: a bad config, value or path, a missing device, a bug.
+DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
+                 NotImplementedError, AssertionError)
+
+
+def retryable(e: BaseException) -> bool:
+    """Whether a trial's error may pass on a retry: worker deaths, out-of-memory and other
+    runtime faults may; config errors (`ConfigError`, a `ValueError`) never, nor a device
+    this process cannot use, nor device memory that ran out for the smallest piece of work
+    (it would repeat). The one rule of every retry of a trial: a grid trial's in its worker
+    (`ablate.runner.execute.worker`), a search study's final evaluation
+    (`ablate.runner.search.final`)."""
+    return not isinstance(e, DETERMINISTIC + (DeviceError, DeviceMemoryExhausted))

@@ -194,11 +194,11 @@ def test_run_search_rows_resume_cap_and_final_rows(ray_env):
 
 
 @pytest.mark.slow  # starts Ray; CI runs -m slow too
-def test_a_final_config_that_raises_is_retried_then_stored_failed(ray_env, capsys):
+def test_a_final_config_that_raises_is_stored_failed(ray_env, capsys):
     """A final evaluation whose trial raises in its worker (here COLORS' generator refuses
-    n_colors=0, which only it checks) is retried, then stored as failed rows with its error in
-    one line, the other configs go on, the summary leaves it out, and the command exits 1: no
-    traceback. A rerun runs it again (failed rows are not complete)."""
+    n_colors=0, which only it checks: a config error, not retried) is stored as failed rows
+    with its error in one line, the other configs go on, the summary leaves it out, and the
+    command exits 1: no traceback. A rerun runs it again (failed rows are not complete)."""
     from ablate.runner.execute.ray_env import start_ray
     from ablate.runner.execute.store import Store
     from ablate.runner.search.final import final_evaluation, summary
@@ -220,7 +220,7 @@ def test_a_final_config_that_raises_is_retried_then_stored_failed(ray_env, capsy
                for e in rows.error), set(rows.error)
     assert not store.completed()  # a rerun runs them again
     err = capsys.readouterr().err
-    assert (f"{arm}: final tuned failed (Ray retries a failed task up to 2 times): "
+    assert (f"{arm}: final tuned failed (not retried: a retry cannot fix this error): "
             "ConfigError: n_colors") in err
     assert "nan" not in summary(spec, store)
 
@@ -306,9 +306,12 @@ def test_a_final_task_ended_by_any_ray_error_is_stored_failed_and_the_others_kep
     failed = rows[rows.role == "reference"]
     assert set(failed.error) == {error_line(error)} and "\n" not in failed.error.iloc[0]
     out, err = capsys.readouterr()
-    # only what is known: Ray does not retry every failure (a task no node can run fails at once)
-    assert (f"{arm}: final reference failed (Ray retries a failed task up to 2 times): "
-            f"{error_line(error)}") in err
+    # only what is known: Ray does not retry every failure (a task no node can run fails at
+    # once); the task's own error is retried in it only where a retry may fix it (ValueError:
+    # not, `ablate.errors.retryable`)
+    how = ("not retried: a retry cannot fix this error" if getattr(error, "cause", None)
+           else "Ray retries a failed task up to 2 times")
+    assert f"{arm}: final reference failed ({how}): {error_line(error)}" in err
     assert "failed after" not in err
     assert f"final evaluation failed for {arm} reference" in out
     assert "Traceback" not in out + err
@@ -528,3 +531,183 @@ def test_a_users_layer_reaches_the_search_trials_and_the_final_tasks(ray_env, tm
     assert set(df.role) == {"search", "tuned", "reference"}
     assert set(df[df.role == "search"].optuna_trial) == {0, 1}
     assert set(df.backbone) == {"user_layers_search:MeanConv"}
+
+
+BOOM_LAYER = """
+import os
+
+import torch
+
+from ablate.errors import ConfigError
+
+
+class Boom(torch.nn.Module):
+    '''Fits the driver's check of a user's layer (3 -> 4 features) and raises on a real
+    model's sizes, so only in a worker: the error named in BOOM_DIR/raise, each attempt counted
+    in BOOM_DIR/attempts.'''
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        if (in_channels, out_channels) != (3, 4):
+            folder = os.environ["BOOM_DIR"]
+            with open(os.path.join(folder, "attempts"), "a") as f:
+                f.write("attempt\\n")
+            with open(os.path.join(folder, "raise")) as f:
+                kind = f.read().strip()
+            error = {"ConfigError": ConfigError, "RuntimeError": RuntimeError}[kind]
+            raise error(f"boom ({kind})\\nsecond line")
+        self.lin = torch.nn.Linear(in_channels, out_channels)
+
+    def forward(self, x, adj, mask):
+        return self.lin(adj @ x + x)
+"""
+
+SEARCH_WITH_BOOM = """
+kind: search
+fixed: {dataset: colors, backbone: "boom_search:Boom", epochs: 1}
+data: {n_train: 40, n_val: 40, n_test: 40, n_max_large: 40}
+arms:
+  mine: {supervision: unsup}
+search:
+  threshold: {low: 1.0e-4, high: 1.0e-1, log: true}
+seeds: [0, 1, 2]
+final_seeds: [5]
+n_trials: 2
+grace_period: 1
+max_concurrent: 1
+"""
+
+
+def _boom(tmp_path, monkeypatch, kind: str) -> Path:
+    """The failing layer in a folder only on the driver's sys.path; BOOM_DIR for the workers
+    (set before Ray starts, so they inherit it)."""
+    lib = tmp_path / "lib"
+    lib.mkdir(exist_ok=True)
+    (lib / "boom_search.py").write_text(BOOM_LAYER)
+    (tmp_path / "raise").write_text(kind)
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setenv("BOOM_DIR", str(tmp_path))
+    return tmp_path / "attempts"
+
+
+@pytest.mark.slow  # a real local Ray: about 30 s here; CI runs -m slow too
+def test_a_search_whose_trials_all_fail_exits_1_with_their_error(ray_env, tmp_path, monkeypatch,
+                                                                  capsys):
+    """A search trial that raises in its worker is stored with its own error in one line (the
+    type and first message line, `error_line`, as a grid trial's), the summary says how many
+    search trials failed and why in one line, and the command exits 1 (before: exit 0, 'no
+    finished unpruned trial yet' and rows saying 'trial raised (see Ray logs)')."""
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+
+    _boom(tmp_path, monkeypatch, "RuntimeError")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "boom_search.yaml").write_text(SEARCH_WITH_BOOM)
+    monkeypatch.chdir(work)
+    assert main(["study=./boom_search.yaml", f"results_dir={tmp_path / 'results'}"]) == 1
+    df = Store(tmp_path / "results", "boom_search").read()
+    assert set(df.role) == {"search"} and set(df.optuna_trial) == {0, 1}
+    assert set(df.status) == {"error"} and set(df.error) == {"RuntimeError: boom (RuntimeError)"}
+    out, err = capsys.readouterr()
+    assert "mine: 2 search trial(s) failed: 2 x RuntimeError: boom (RuntimeError)" in out, out
+    assert "search trials failed in this run: mine 2 of 2" in out, out
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow  # a real local Ray: about 20 s here; CI runs -m slow too
+def test_a_final_config_is_retried_only_when_a_retry_may_fix_it(ray_env, tmp_path, monkeypatch,
+                                                                  capsys):
+    """The final evaluation retries by the grid runner's rule (`ablate.errors.retryable`): a
+    config error that fails every time runs once per role (before: three times, Ray's
+    retry_exceptions=True), a runtime fault runs 1 + FINAL_RETRIES times; both are stored as
+    failed rows with their error in one line, and the failure line says which it was."""
+    from ablate.runner.execute.ray_env import start_ray
+    from ablate.runner.execute.store import Store
+    from ablate.runner.search.final import FINAL_RETRIES, final_evaluation
+    from ablate.runner.study.search_spec import load_search_spec
+
+    attempts = _boom(tmp_path, monkeypatch, "ConfigError")
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [
+        *TINY, "epochs=1", f"arms={arm}", "final_seeds=[5]", "backbone=boom_search:Boom",
+        f"results_dir={ray_env / 'results'}"])
+    store = Store(spec.results_dir, spec.name)
+    start_ray(None)
+    best = {"optuna_trial": 0, "params": {"threshold": 0.02}}
+    roles = ["tuned", "reference"]
+    assert final_evaluation(spec, arm, best, store) == roles
+    assert len(attempts.read_text().splitlines()) == len(roles)  # once each: not retried
+    assert set(store.read().error) == {"ConfigError: boom (ConfigError)"}
+    assert (f"{arm}: final tuned failed (not retried: a retry cannot fix this error): "
+            "ConfigError: boom (ConfigError)") in capsys.readouterr().err
+
+    attempts.unlink()
+    (tmp_path / "raise").write_text("RuntimeError")  # may pass on a retry: retried
+    assert final_evaluation(spec, arm, best, store) == roles  # failed rows: run again
+    assert len(attempts.read_text().splitlines()) == len(roles) * (1 + FINAL_RETRIES)
+    assert set(store.read().error) == {"RuntimeError: boom (RuntimeError)"}
+    assert (f"{arm}: final tuned failed (tried {1 + FINAL_RETRIES} times): RuntimeError: "
+            "boom (RuntimeError)") in capsys.readouterr().err
+
+
+def _stored_search_trial(spec, arm: str, number: int = 0, **params) -> dict:
+    """One stored search row of `arm` as a search trial writes it (`tuning.store_writer`)."""
+    from ablate.config import axes
+    from ablate.runner.study.search_spec import arm_config
+
+    cfg = arm_config(spec, arm, **{"threshold": 0.01, **params})
+    return {**axes(cfg), "search_arm": arm, "role": "search", "optuna_trial": number,
+            "pruned": False, "epochs_run": cfg.epochs, "objective": 0.5, "seed": 0, "fold": -1,
+            "split": "val", "accuracy": 0.5, "status": "ok", "error": ""}
+
+
+class _RayWouldStart(Exception):
+    """Raised in place of starting Ray: the run got past its checks."""
+
+
+@pytest.mark.parametrize("change, words", [
+    ("backbone=gin", "backbone chebygin_ref, this run asks for gin"),
+    ("data.n_train=41", "data.n_train 40, this run asks for 41"),
+    ("epochs=3", "epochs 2, this run asks for 3"),
+    ("+note=hi", "+note (unset), this run asks for hi"),
+    ("lr=0.01", "lr 0.001, this run asks for 0.01"),
+])
+def test_a_rerun_with_another_fixed_axis_is_refused_before_ray(change, words, tmp_path,
+                                                              monkeypatch, capsys):
+    """An arm's Optuna study searches one configuration: a rerun into the same results_dir that
+    gives the arm another value of any fixed axis (its whole resolved config as a search trial
+    records it, not only the data set) is one line, exit 2, before Ray starts, naming the arm,
+    the axis and both values; nothing stored is touched (before: the study went on, mixing
+    trials of two configurations). Other seeds, another search range or device are the same
+    search and go on."""
+    import ablate.runner.execute.ray_env
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+    from ablate.runner.study.search_spec import load_search_spec
+
+    def no_ray(address):
+        raise _RayWouldStart
+
+    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    arm = "colors_chebygin_unsup"
+    argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
+    spec = load_search_spec("threshold_search", argv)
+    store = Store(tmp_path, "threshold_search")
+    for n, t in enumerate((0.01, 0.002)):  # two trials: the searched value is not compared
+        store.write(f"{arm}-trial{n:05d}", [_stored_search_trial(spec, arm, n, threshold=t)])
+    def stored() -> dict:  # every file but the lock a run takes (the store's bookkeeping)
+        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+                and p.name != ".lock"}
+
+    files = stored()
+
+    assert main([*argv, change]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: arm {arm}: ") and "\n" not in err, err
+    assert f"holds its search on {words}; give another results_dir=" in err, err
+    assert stored() == files  # no study file kept, no row written
+
+    for same in ([], ["seeds=[3,4,5]", "search.threshold.low=1e-5", "device=cpu"]):
+        with pytest.raises(_RayWouldStart):  # past the check, as far as starting Ray
+            main([*argv, *same])

@@ -241,10 +241,29 @@ def error_line(e: BaseException) -> str:
     return f"{type(cause).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")[:300]
 
 
+def trial_error(trial) -> str:
+    """Why a failed Tune trial failed, in one line: `error_line` of the exception Tune recorded
+    (its pickled error: the trainable's own exception inside a Ray task error, or its worker's
+    death), else the text of Tune's error file (`_tune_error`)."""
+    import ray.cloudpickle
+
+    path = getattr(trial, "pickled_error_file", None)
+    if path:
+        try:
+            with open(path, "rb") as f:
+                error = ray.cloudpickle.load(f)
+        except Exception:  # noqa: BLE001 - unreadable, or a class this driver cannot import
+            error = None
+        if isinstance(error, BaseException):
+            return error_line(error)
+    return _tune_error(trial)
+
+
 def _tune_error(trial) -> str:
     """One line describing why the trial's last attempt failed (from Tune's error file)."""
     try:
-        text = Path(trial.error_file).read_text() if trial.error_file else ""
+        path = getattr(trial, "error_file", None)
+        text = Path(path).read_text() if path else ""
     except OSError:
         text = ""
     if killed_for_memory(text):

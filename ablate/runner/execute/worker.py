@@ -19,16 +19,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ablate.errors import retryable as _retryable  # the one rule: a retry may fix it
 from ablate.runner.execute.ray_env import worker_env
 from ablate.runner.execute.ship import ensure_dataset
 from ablate.runner.study.kinds import load_attr
 from ablate.trial import epochs
 
 _WORKER_STATE: dict[str, Any] = {}  # per actor process: imported trial functions
-
-# Errors a retry cannot fix: a bad config, value or path, a missing device, a bug.
-_DETERMINISTIC = (ValueError, TypeError, KeyError, AttributeError, ImportError,
-                  NotImplementedError, AssertionError)
 
 
 def _trial_kind(path: str):
@@ -45,14 +42,6 @@ def _error_text(e: BaseException) -> str:
     where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {msg}{where}"[:500]
-
-
-def _retryable(e: BaseException) -> bool:
-    """Worker deaths, out-of-memory and other runtime faults may pass; config errors never,
-    nor device memory that ran out for the smallest piece of work (it would repeat)."""
-    from ablate.errors import DeviceError, DeviceMemoryExhausted
-
-    return not isinstance(e, _DETERMINISTIC + (DeviceError, DeviceMemoryExhausted))
 
 
 def _member_outcome(trial_id: str, res) -> dict:

@@ -12,14 +12,15 @@ runs `main`, which per arm
    val splits only (`trainable`), and is written to the study's store;
 2. evaluates the best unpruned configuration, the reference and any baselines on
    fresh ``final_seeds`` over every split (`final.final_evaluation`);
-3. prints the summary table (`final.summary`).
+3. prints the summary table (`final.summary`), and exits 1 when a search trial or final
+   configuration of the run failed (stored as failed rows with their error in one line).
 
 The modules: `search_spec` (the study file and overrides, composed by
 `ablate.runner.study.compose`; arms and space), `trainable` (the Tune trainable),
 `tuning` (Optuna study, Tune run, store rows), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
 this one holds only the entry point (`main`), the dry-run text (`describe`), the checks
-before Ray starts (`_one_dataset_per_arm`, `_recipe`) and the embedded Ray's stop (`_stop_ray`).
+before Ray starts (`_one_config_per_arm`, `_recipe`) and the embedded Ray's stop (`_stop_ray`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from __future__ import annotations
 import sys
 
 from ablate.errors import ConfigError
-from ablate.runner.search.final import best_trial, final_evaluation, final_jobs, summary
+from ablate.runner.search.final import (
+    best_trial,
+    final_evaluation,
+    final_jobs,
+    search_failures,
+    stored_rows,
+    summary,
+)
 from ablate.runner.search.tuning import run_search
 from ablate.runner.study.compose import locate_study
 from ablate.runner.study.search_spec import (
@@ -72,7 +80,7 @@ def main(name: str, argv: list[str]) -> int:
     store.lock()
     started = False
     try:
-        _one_dataset_per_arm(spec, store)
+        _one_config_per_arm(spec, store)
         store.keep_study_file(locate_study(name))  # the study file as run, beside its trials
         check_cluster_reachable(cluster_address(spec.ray_address))  # before the data is built
         for arm in spec.arms:  # build the caches once, in the driver (search and final recipes)
@@ -85,17 +93,26 @@ def main(name: str, argv: list[str]) -> int:
                                       "parameters are set as data.KEY=VALUE, final_data.KEY="
                                       "VALUE; arms=NAME runs only some arms)") from None
         started = start_ray(spec.ray_address)  # False: joined a Ray already running here
-        failed = []
+        failed, search_failed = [], []
         for arm in spec.arms:
+            before = search_failures(stored_rows(store), arm)
             n = run_search(spec, arm, store, started)
+            new = search_failures(stored_rows(store), arm).keys() - before.keys()
+            if new:  # this run's (a failed trial's number is never run again)
+                search_failed.append(f"{arm} {len(new)} of {n}")
             best = best_trial(store, arm)
             print(f"{arm}: {n} new search trials", flush=True)  # the per-trial lines: stderr
             if best is not None:
                 failed += [f"{arm} {role}" for role in final_evaluation(spec, arm, best, store)]
         print(summary(spec, store))
+        if search_failed:
+            print(f"search trials failed in this run: {', '.join(search_failed)} (stored as "
+                  "failed rows with their error; rerun the same command for new trials)",
+                  flush=True)
         if failed:
             print(f"final evaluation failed for {', '.join(failed)} (stored as failed rows; "
                   "rerun the same command to run them again)", flush=True)
+        if failed or search_failed:
             return 1
     except ConfigError:
         store.unlock()
@@ -108,22 +125,88 @@ def main(name: str, argv: list[str]) -> int:
     return 0
 
 
-def _one_dataset_per_arm(spec: SearchSpec, store) -> None:
-    """An arm's Optuna study and its rows in the store are of one data set: a run that gives
-    the arm another (``dataset=`` on the command line replaces the arms' own) is refused in
-    one line before Ray starts, rather than continue the arm's study with other data."""
+def _one_config_per_arm(spec: SearchSpec, store) -> None:
+    """An arm's Optuna study and its rows in the store are of one configuration: a run that
+    gives the arm another value of any fixed axis than its stored search trials record (data
+    set, data parameter, backbone, epochs, a free-form axis, ...: the whole resolved config a
+    search trial records, `ablate.config.axes`, but the searched parameters, the seeds and what
+    is no part of a trial's identity, `ablate.config.trial_id`) is refused in one line before
+    Ray starts, naming the arm, the axis and both values, rather than continue the arm's study
+    with trials of another configuration. Nothing stored is touched."""
     if not store.trial_files():
         return
     df = store.read()
-    if df.empty or "search_arm" not in df or "dataset" not in df:
+    if df.empty or "search_arm" not in df or "role" not in df:
         return
     for arm in spec.arms:
-        want = arm_config(spec, arm).dataset
-        held = sorted(set(df[df.search_arm == arm].dataset.dropna()) - {want})
-        if held:
-            raise ConfigError(f"arm {arm}: {store.dir} holds its search on dataset {held[0]}, "
-                              f"this run asks for {want}; give another results_dir= (an arm's "
-                              "Optuna study searches one data set)")
+        rows = df[(df.search_arm == arm) & (df.role == "search")]
+        if rows.empty:
+            continue
+        searched = list(build_space(spec.search, arm_config(spec, arm)))
+        given = {*spec.fixed, *spec.arms[arm]}  # named first: the axes a user sets
+        for _, trial in rows.groupby("optuna_trial", sort=True):
+            params = {p: _plain(trial[p].iloc[0]) for p in searched if p in trial}
+            differs = _first_difference(arm_config(spec, arm, **params), trial,
+                                        set(searched), given)
+            if differs:
+                axis, held, want = differs
+                raise ConfigError(
+                    f"arm {arm}: {store.dir} holds its search on {axis} {held}, this run asks "
+                    f"for {want}; give another results_dir= (an arm's Optuna study searches one "
+                    "configuration: every axis but the searched parameters and the seeds)")
+
+
+_UNSET = "(unset)"
+
+
+def _first_difference(cfg, rows, searched: set, given: set) -> tuple[str, str, str] | None:
+    """The first axis whose value in stored `rows` (one search trial's) differs from `cfg`'s,
+    as (axis, stored value, this run's value), or None: the data set first, then the axes the
+    study or command line sets (`given`), then every other. An axis a row lacks (a store
+    written before the axis was added) holds its earlier value where `CHANGED_DEFAULTS` has
+    one and is not compared otherwise; `lr_timing` counts only where a model drops its LR."""
+    from ablate.config import CHANGED_DEFAULTS, EXECUTION_FIELDS, axes, lr_drops
+
+    want = axes(cfg)
+    skip = searched | {"seeds", *EXECUTION_FIELDS} | (set() if lr_drops(cfg) else {"lr_timing"})
+    order = sorted((k for k in want if k not in skip),
+                   key=lambda k: (k != "dataset", k not in given))  # stable: field order
+    earlier = CHANGED_DEFAULTS["axes"]
+    for k in order:
+        if k in ("data_params", "extra"):
+            prefix, mine = ("data." if k == "data_params" else "+"), _mapping(want[k])
+            for blob in (rows[k].dropna().unique() if k in rows else ()):
+                held = _mapping(blob)
+                for key in sorted(set(mine) | set(held)):
+                    if held.get(key, _UNSET) != mine.get(key, _UNSET):
+                        return prefix + key, held.get(key, _UNSET), mine.get(key, _UNSET)
+            continue
+        values = [_plain(v) for v in rows[k].unique()] if k in rows else [None]
+        for v in values:
+            if v is None and k in earlier:  # stored before the axis: its earlier value
+                v = earlier[k]
+            if v is not None and v != want[k]:
+                return k, v, want[k]
+    return None
+
+
+def _mapping(blob: str) -> dict:
+    """A stored JSON object column (data_params, extra) as a dict; a data recipe's mirror
+    (``url``) is no part of its identity (`ablate.config.trial_id`)."""
+    import json
+
+    out = json.loads(blob) if blob else {}
+    out.pop("url", None)
+    return out
+
+
+def _plain(v):
+    """A stored cell as a plain Python value: None for a missing one."""
+    import pandas as pd
+
+    if v is None or (not isinstance(v, str | bytes | list | tuple | dict) and pd.isna(v)):
+        return None
+    return v.item() if hasattr(v, "item") else v
 
 
 def _recipe(cfg) -> None:

@@ -17,10 +17,17 @@ from ablate.runner.execute.ray_env import worker_env
 from ablate.runner.study.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
 
 
+def stored_rows(store):
+    """The store's trial rows (`Store.read`); none (an empty frame) before its first trial."""
+    import pandas as pd
+
+    return store.read() if store.trial_files() else pd.DataFrame()
+
+
 def best_trial(store, arm: str) -> dict | None:
     """The best unpruned search trial of `arm` in the store (highest objective, the value Optuna
     was told): params, objective, val accuracy mean/std over its members, optuna number."""
-    df = store.read()
+    df = stored_rows(store)
     if df.empty or "role" not in df:
         return None
     df = df[(df.role == "search") & (df.search_arm == arm) & (df.status == "ok")]
@@ -56,18 +63,22 @@ def final_jobs(spec: SearchSpec, arm: str, best: dict) -> dict:
 
 
 FINAL_RETRIES = 2  # a final config that raises or loses its worker runs again up to this often
-# (Ray's `max_retries`: a task Ray does not retry, e.g. one no node can run, fails at once)
+# (an error a retry may fix: `ablate.errors.retryable`, retried in its task as a grid trial is in
+# its worker; a lost worker: Ray's `max_retries`; a task Ray does not retry, e.g. one no node
+# can run, fails at once)
 
 
 def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]:
     """Train and evaluate the `final_jobs` configs on fresh seeds, every split (Ray tasks);
-    a row already in the store with the same config is skipped. A config that raises or
-    whose worker dies is retried (`FINAL_RETRIES`); a config whose task still ends in a Ray
+    a row already in the store with the same config is skipped. A config that raises an
+    error a retry may fix (`ablate.errors.retryable`, the rule of grid trials: not a config
+    error) or whose worker dies is retried (`FINAL_RETRIES`); a config whose task still ends in a Ray
     error (`tune_callback.TRIAL_FAILURES`: its own exception, a worker or node that died, a
     memory-monitor kill, no node to run it) is stored as failed rows (`error_line`, one
     line) while the others go on; a rerun runs it again. Returns the failed roles."""
     import ray
 
+    from ablate.errors import retryable
     from ablate.runner.execute.tune_callback import TRIAL_FAILURES, error_line
     from ablate.runner.search.tuning import say
     from ablate.runner.study.kinds import trial_kind
@@ -81,10 +92,15 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
     ids = {role: f"{arm}-final-{graph.trial_id(c, graph.data_hash(c))}" for role, c in jobs.items()}
     cache, paths = os.environ.get("ABLATE_CACHE"), import_paths()
 
-    @ray.remote(num_cpus=spec.cpus_per_trial, max_retries=FINAL_RETRIES, retry_exceptions=True)
+    @ray.remote(num_cpus=spec.cpus_per_trial, max_retries=FINAL_RETRIES, retry_exceptions=False)
     def _run(cfg):
         worker_env(cache, paths)  # the driver's cache and folders of user code
-        return run_trial_full(cfg)
+        for attempt in range(FINAL_RETRIES + 1):  # in the same worker, as a grid trial's retries
+            try:
+                return run_trial_full(cfg)
+            except Exception as e:
+                if attempt == FINAL_RETRIES or not retryable(e):
+                    raise
 
     todo = {role: _run.remote(jobs[role]) for role in jobs if ids[role] not in done}
     if todo:
@@ -98,10 +114,14 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
             res = ray.get(ref)
         except TRIAL_FAILURES as e:  # any Ray error: the trial's, not the driver's
             error = error_line(e)
-            # how many attempts ran is not known here: Ray retries a task that raised or lost
-            # its worker, not one it could not schedule or one its memory monitor killed
-            say(f"[{spec.name}] {arm}: final {role} failed (Ray retries a failed task up to "
-                f"{FINAL_RETRIES} times): {error}")
+            cause = getattr(e, "cause", None)  # the task's own exception, if it raised one
+            # an exception the task raised: retried in the task while a retry may fix it; any
+            # other Ray error: how many attempts ran is not known here (Ray retries a task that
+            # lost its worker, not one it could not schedule or one its memory monitor killed)
+            how = (f"Ray retries a failed task up to {FINAL_RETRIES} times" if cause is None
+                   else f"tried {FINAL_RETRIES + 1} times" if retryable(cause)
+                   else "not retried: a retry cannot fix this error")
+            say(f"[{spec.name}] {arm}: final {role} failed ({how}): {error}")
             cfg = jobs[role]
             base = {**graph.columns(cfg), **code_provenance()}
             rows = [{**base, "seed": s, "split": "test_orig", "status": "error", "error": error}
@@ -115,16 +135,38 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
 
 
 
+def search_failures(df, arm: str) -> dict[int, str]:
+    """The failed search trials of `arm` in a store's rows (`Store.read`): Optuna number ->
+    its error in one line (`tune_callback.trial_error`)."""
+    if df.empty or "role" not in df:
+        return {}
+    bad = df[(df.role == "search") & (df.search_arm == arm) & (df.status != "ok")]
+    return {int(n): str(g.error.iloc[0]) for n, g in bad.groupby("optuna_trial")}
+
+
+def failures_line(arm: str, failures: dict[int, str]) -> str:
+    """How many search trials of `arm` failed and why, in one line: each distinct error once,
+    with its count, the most frequent first."""
+    from collections import Counter
+
+    why = "; ".join(f"{n} x {error}" for error, n in Counter(failures.values()).most_common())
+    return f"{arm}: {len(failures)} search trial(s) failed: {why}"
+
+
 def summary(spec: SearchSpec, store) -> str:
-    """Per arm: tuned vs reference (and baselines), search val mean +- std, final val/test."""
+    """Per arm: tuned vs reference (and baselines), search val mean +- std, final val/test;
+    the arm's failed search trials in one line (`failures_line`)."""
     import pandas as pd
 
-    df = store.read()
+    df = stored_rows(store)
     lines = []
     for arm in spec.arms:
         best = best_trial(store, arm)
+        failures = search_failures(df, arm)
         if best is None:
             lines.append(f"{arm}: no finished unpruned trial yet")
+            if failures:
+                lines.append(failures_line(arm, failures))
             continue
         roles = ["tuned", "reference", *spec.baselines]
         fin = df[(df.search_arm == arm) & df.role.isin(roles) & (df.status == "ok")]
@@ -137,6 +179,8 @@ def summary(spec: SearchSpec, store) -> str:
                      f"(objective {best['objective']:.3f}; val {best['val_mean']:.3f} +- "
                      f"{best['val_std']:.3f} over {over}); final seeds {spec.final_seeds}"
                      + (f", final recipe {spec.final_data}" if spec.final_data else ""))
+        if failures:
+            lines.append(failures_line(arm, failures))
         rows = []
         for role in roles:
             part = fin[fin.role == role]

@@ -137,7 +137,10 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
 
         def on_trial_error(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
                            **info: Any) -> None:
-            self.write(trial, "error", "trial raised (see Ray logs)")
+            from ablate.runner.execute.tune_callback import trial_error
+
+            # its own exception in one line, as a grid trial's failed rows hold theirs
+            self.write(trial, "error", trial_error(trial))
 
         def write(self, trial: TuneTrial, status: str, error: str) -> None:
             res = self.last.get(trial.trial_id, {})
