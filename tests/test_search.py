@@ -489,9 +489,14 @@ def test_a_search_on_another_node_gets_the_prepared_data_and_declares_its_memory
     assert got["file"] == sent.name
 
 
-SEARCH_WITH_USER_LAYER = """
+def search_with_layer(layer: str) -> str:
+    """A tiny search study (2 Optuna trials of 1 epoch, tiny COLORS) with `backbone=layer`."""
+    return SEARCH_WITH_LAYER.replace("LAYER", layer)
+
+
+SEARCH_WITH_LAYER = """
 kind: search
-fixed: {dataset: colors, backbone: "user_layers_search:MeanConv", epochs: 1}
+fixed: {dataset: colors, backbone: "LAYER", epochs: 1}
 data: {n_train: 40, n_val: 40, n_test: 40, n_max_large: 40}
 arms:
   mine: {supervision: unsup}
@@ -521,7 +526,7 @@ def test_a_users_layer_reaches_the_search_trials_and_the_final_tasks(ray_env, tm
     work.mkdir()
     lib.mkdir()
     (lib / "user_layers_search.py").write_text(USER_LAYER)
-    (work / "mine_search.yaml").write_text(SEARCH_WITH_USER_LAYER)
+    (work / "mine_search.yaml").write_text(search_with_layer("user_layers_search:MeanConv"))
     monkeypatch.chdir(work)
     monkeypatch.syspath_prepend(str(lib))
     assert str(lib) not in os.environ.get("PYTHONPATH", "")
@@ -562,20 +567,6 @@ class Boom(torch.nn.Module):
         return self.lin(adj @ x + x)
 """
 
-SEARCH_WITH_BOOM = """
-kind: search
-fixed: {dataset: colors, backbone: "boom_search:Boom", epochs: 1}
-data: {n_train: 40, n_val: 40, n_test: 40, n_max_large: 40}
-arms:
-  mine: {supervision: unsup}
-search:
-  threshold: {low: 1.0e-4, high: 1.0e-1, log: true}
-seeds: [0, 1, 2]
-final_seeds: [5]
-n_trials: 2
-grace_period: 1
-max_concurrent: 1
-"""
 
 
 def _boom(tmp_path, monkeypatch, kind: str) -> Path:
@@ -603,7 +594,7 @@ def test_a_search_whose_trials_all_fail_exits_1_with_their_error(ray_env, tmp_pa
     _boom(tmp_path, monkeypatch, "RuntimeError")
     work = tmp_path / "work"
     work.mkdir()
-    (work / "boom_search.yaml").write_text(SEARCH_WITH_BOOM)
+    (work / "boom_search.yaml").write_text(search_with_layer("boom_search:Boom"))
     monkeypatch.chdir(work)
     assert main(["study=./boom_search.yaml", f"results_dir={tmp_path / 'results'}"]) == 1
     df = Store(tmp_path / "results", "boom_search").read()
