@@ -4,8 +4,11 @@ one-axis comparison).
 `cell_stats` gives each line n runs and seeds, mean, std, the 95% Student-t CI, the
 paired comparison with the baseline over shared seeds (exact sign-flip test and the CI
 inverting it, Holm-adjusted over the study; only with at least `stats.MIN_PAIRED_SEEDS`
-shared seeds), and the paper's number. `primary` picks each row's first comparison and
-`significant` says whether a line clears `ALPHA`. Values are in percent.
+shared seeds), and the paper's number. Where both rows' runs are folds of one k-fold
+cross-validation (`data.protocol: cv`) the unit is the fold instead: per fold the mean over
+its seeds, paired over the folds both rows have, by the corrected resampled t-test
+(`stats.paired_folds`; `test` names the test of each line). `primary` picks each row's first
+comparison and `significant` says whether a line clears `ALPHA`. Values are in percent.
 """
 
 from __future__ import annotations
@@ -18,16 +21,21 @@ import pandas as pd
 from analysis import stats
 from analysis.formatting import TEST_SPLITS
 from analysis.reference import AUC_COLUMN, AUC_SPLIT, POOLED_AUC, reference, train_nodes
-from analysis.variants import Comparison
+from analysis.variants import Comparison, cv_folds
 
-ALPHA = 0.05  # significance level of the markers (Holm-adjusted sign-flip p)
+ALPHA = 0.05  # significance level of the markers (Holm-adjusted p)
 
 
 def observations(ok: pd.DataFrame) -> pd.DataFrame:
-    """One value (percent) per (row, dataset, column, trial, seed): test accuracies and AUC."""
-    keep = ["row", "variant", "dataset", "trial_id", "seed"]
-    ok = ok[[c for c in [*keep, "split", "accuracy", "attn_auc_l0", POOLED_AUC]
+    """One value (percent) per (row, dataset, column, trial, seed): test accuracies and AUC,
+    with the run's cross-validation fold and k (`cv_fold`, `cv_folds`; NaN where the run is
+    not a fold of a k-fold CV, `variants.cv_folds`)."""
+    keep = ["row", "variant", "dataset", "trial_id", "seed", "cv_fold", "cv_folds"]
+    ok = ok[[c for c in [*keep, "split", "accuracy", "attn_auc_l0", POOLED_AUC, "data_params"]
              if c in ok.columns]]
+    fold, k = cv_folds(ok["data_params"]) if "data_params" in ok.columns \
+        else (np.full(len(ok), np.nan), np.full(len(ok), np.nan))
+    ok = ok.assign(cv_fold=fold, cv_folds=k)
     acc = ok[ok["split"].isin(TEST_SPLITS)]
     parts = [acc[keep].assign(column=acc["split"].to_numpy(),
                               value=100 * acc["accuracy"].to_numpy(dtype=float))
@@ -58,22 +66,25 @@ def columns_of(obs: pd.DataFrame) -> dict[str, list[str]]:
 
 
 CELL_COLUMNS = ["row", "variant", "dataset", "column", "n", "seeds", "mean", "std", "ci_lo",
-                "ci_hi", "baseline", "axis", "base_value", "value", "primary", "n_pairs", "delta",
-                "delta_lo", "delta_hi", "p", "p_holm", "paper", "paper_std", "paper_source",
-                "diff_paper", "best", "train_nodes"]
+                "ci_hi", "folds", "baseline", "axis", "base_value", "value", "primary", "test",
+                "n_pairs", "delta", "delta_lo", "delta_hi", "p", "p_holm", "paper", "paper_std",
+                "paper_source", "diff_paper", "best", "train_nodes"]
 
 
 def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows: list[str],
                n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     """Numbers of every (row, dataset, column) cell, one line per comparison of the row (one
     line without a baseline when it has none); `primary` marks the line of the row's first
-    comparison, the one the main table marks. Below MIN_PAIRED_SEEDS shared seeds a
-    comparison keeps its Δ but gets no p-value and no CI."""
+    comparison, the one the main table marks. Below MIN_PAIRED_SEEDS shared seeds (shared
+    folds, under cross-validation) a comparison keeps its Δ but gets no p-value and no CI.
+    `folds`: the cell's cross-validation folds (0 where its runs are not all folds of one
+    k-fold CV)."""
     obs = observations(ok)
     recs = []
     per_seed = obs.groupby(["row", "dataset", "column", "seed"], sort=False)["value"].mean()
     seeds_of = {k: g.droplevel([0, 1, 2]) for k, g in per_seed.groupby(
         level=["row", "dataset", "column"], sort=False)}
+    folds_of = _folds_of(obs)
     pairs = obs[["row", "variant"]].drop_duplicates()
     variant_of = dict(zip(pairs["row"].tolist(), pairs["variant"].tolist()))
     nodes_of = _train_nodes_of(ok)
@@ -86,14 +97,16 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
         cell = {"row": row, "variant": variant_of[row], "dataset": dset, "column": col,
                 "n": int(v.size), "seeds": int(seeds_of[(row, dset, col)].size), "mean": mean,
                 "std": std, "ci_lo": lo, "ci_hi": hi,
+                "folds": int(folds_of[(row, dset, col)][0].size)
+                if (row, dset, col) in folds_of else 0,
                 "paper": ref.mean if ref else math.nan,
                 "paper_std": ref.std if ref and ref.std is not None else math.nan,
                 "paper_source": ref.source if ref else "",
                 "train_nodes": nodes_of.get((row, dset))}
         comps = comparisons.get(row) or [None]
         for i, comp in enumerate(comps):
-            recs.append({**cell, **_compare(comp, seeds_of, (row, dset, col), n_boot),
-                         "primary": i == 0})
+            recs.append({**cell, **_compare(comp, seeds_of, folds_of, (row, dset, col),
+                                            n_boot), "primary": i == 0})
     if not recs:
         return pd.DataFrame(columns=CELL_COLUMNS)
     out = pd.DataFrame(recs)
@@ -129,10 +142,31 @@ def _train_nodes_of(ok: pd.DataFrame) -> dict[tuple[str, str], int | None]:
     return out
 
 
-def _compare(comp: Comparison | None, seeds_of: dict, key: tuple, n_boot: int) -> dict:
-    """The comparison columns of one cell line."""
-    rec = {"baseline": None, "axis": "", "base_value": "", "value": "", "n_pairs": 0,
-           "delta": math.nan, "delta_lo": math.nan, "delta_hi": math.nan, "p": math.nan}
+def _folds_of(obs: pd.DataFrame) -> dict[tuple, tuple[pd.Series, int]]:
+    """(row, dataset, column) -> (mean over each fold's runs, indexed by fold; the CV's k), for
+    the cells whose every run is a fold of one k-fold cross-validation."""
+    out: dict[tuple, tuple[pd.Series, int]] = {}
+    if not np.isfinite(obs["cv_fold"].to_numpy(dtype=float)).any():
+        return out  # no cross-validated run
+    for key, g in obs.groupby(["row", "dataset", "column"], sort=False):
+        k = g["cv_folds"].to_numpy(dtype=float)
+        if not (np.isfinite(k).all() and np.isfinite(g["cv_fold"].to_numpy(dtype=float)).all()
+                and np.unique(k).size == 1):
+            continue
+        per_fold = g.groupby("cv_fold", sort=True)["value"].mean()
+        per_fold.index = per_fold.index.astype(int)
+        out[key] = (per_fold, int(k[0]))
+    return out
+
+
+def _compare(comp: Comparison | None, seeds_of: dict, folds_of: dict, key: tuple,
+             n_boot: int) -> dict:
+    """The comparison columns of one cell line: paired over the folds both cells have where
+    both are folds of the same k-fold cross-validation (corrected resampled t), else over
+    the seeds both have (sign-flip)."""
+    rec = {"baseline": None, "axis": "", "base_value": "", "value": "", "test": "",
+           "n_pairs": 0, "delta": math.nan, "delta_lo": math.nan, "delta_hi": math.nan,
+           "p": math.nan}
     if comp is None:
         return rec
     rec.update(baseline=comp.baseline, axis=comp.axis, base_value=comp.base_value,
@@ -140,13 +174,21 @@ def _compare(comp: Comparison | None, seeds_of: dict, key: tuple, n_boot: int) -
     bkey = (comp.baseline, *key[1:])
     if bkey not in seeds_of:
         return rec
-    a, b = seeds_of[key], seeds_of[bkey]
-    shared = a.index.intersection(b.index)
-    if not len(shared):
-        return rec
-    pr = stats.paired(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(), alpha=ALPHA,
-                      n_perm=n_boot)
-    rec.update(n_pairs=pr.n, delta=pr.delta)
+    if key in folds_of and bkey in folds_of and folds_of[key][1] == folds_of[bkey][1]:
+        (a, k), (b, _) = folds_of[key], folds_of[bkey]
+        shared = a.index.intersection(b.index)
+        if not len(shared):
+            return rec
+        pr = stats.paired_folds(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(), k,
+                                alpha=ALPHA)
+    else:
+        a, b = seeds_of[key], seeds_of[bkey]
+        shared = a.index.intersection(b.index)
+        if not len(shared):
+            return rec
+        pr = stats.paired(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(), alpha=ALPHA,
+                          n_perm=n_boot)
+    rec.update(test=pr.test, n_pairs=pr.n, delta=pr.delta)
     if pr.n >= stats.MIN_PAIRED_SEEDS:
         rec.update(delta_lo=pr.ci_lo, delta_hi=pr.ci_hi, p=pr.p)
     return rec

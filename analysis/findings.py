@@ -10,7 +10,8 @@ relation, the init-AUC relation, agreement with the paper, and a power caveat.
 
 Claims need data. A paired effect is stated only with at least
 `stats.MIN_PAIRED_SEEDS` shared seeds (below that it has no p-value); "best model" and
-paper-agreement sentences only use cells with that many seeds; a correlation is stated
+paper-agreement sentences only use cells with that many seeds (under k-fold
+cross-validation: folds, the paired test's unit there); a correlation is stated
 only over at least `stats.MIN_CORRELATION_POINTS` runs from that many distinct seeds.
 `thin_banner` says which rows and comparisons fall short. The SDC sentences use only
 rows of the SDC table with that many runs; `sdc_thin_banner` names the others.
@@ -61,8 +62,10 @@ def _effect(x: pd.Series) -> str:
                 f"{SEQUENCE_WORDS.get(x['sequence'], x['sequence'])}.")
     sig = "significant" if significant(x) else "not significant"
     ci = fmt_ci(x["delta_lo"], x["delta_hi"])
-    return (f"{head} (95% CI {ci}, sign-flip p {_p_eq(x['p'])}, Holm p {_p_eq(x['p_holm'])}, "
-            f"{x['n_pairs']} paired seeds; {sig}).")
+    cv = x.get("test") == stats.CORRECTED_T
+    test, unit = ("corrected resampled t", "folds") if cv else ("sign-flip", "seeds")
+    return (f"{head} (95% CI {ci}, {test} p {_p_eq(x['p'])}, Holm p {_p_eq(x['p_holm'])}, "
+            f"{x['n_pairs']} paired {unit}; {sig}).")
 
 
 def _tested(cells: pd.DataFrame) -> pd.DataFrame:
@@ -93,10 +96,19 @@ def effect_findings(cells: pd.DataFrame) -> list[str]:
     return out
 
 
+def _units(c: pd.DataFrame) -> pd.Series:
+    """Each line's replicates: its cross-validation folds where it has them (the paired
+    test's unit there), else its seeds."""
+    if "folds" not in c.columns:
+        return c["seeds"]
+    folds = c["folds"].fillna(0).astype(int)
+    return c["seeds"].where(folds == 0, folds)
+
+
 def _seeded(cells: pd.DataFrame) -> pd.DataFrame:
-    """Primary lines of cells with at least MIN_PAIRED_SEEDS seeds."""
+    """Primary lines of cells with at least MIN_PAIRED_SEEDS seeds (folds, under CV)."""
     c = primary(cells)
-    return c[c["seeds"] >= stats.MIN_PAIRED_SEEDS]
+    return c[_units(c) >= stats.MIN_PAIRED_SEEDS]
 
 
 def best_findings(cells: pd.DataFrame) -> list[str]:
@@ -167,9 +179,11 @@ def paper_findings(cells: pd.DataFrame, tolerance: float = 5.0) -> list[str]:
 def power_findings(cells: pd.DataFrame) -> list[str]:
     """A caveat when no tested comparison can reach significance with the seeds run: the
     sign-flip p itself, or Holm's adjustment over the m tests (its smallest value is
-    m x the smallest p), cannot go below ALPHA."""
+    m x the smallest p), cannot go below ALPHA. Lines of the corrected t over CV folds
+    have no such floor and are left out (but counted in Holm's m)."""
     tested = _tested(cells)
-    n = tested["n_pairs"]
+    flips = tested[tested["test"] != stats.CORRECTED_T] if "test" in tested.columns else tested
+    n = flips["n_pairs"]
     if n.empty or "sequence" in cells.columns:  # adaptive seeds: the sequence decides
         return []
     n_max, m = int(n.max()), len(tested)
@@ -194,34 +208,50 @@ def _seeds_for(m: int) -> int:
     return math.ceil(math.log2(2 * m / ALPHA) + 1e-12)
 
 
-def _by_count(counts: pd.Series, name) -> str:
-    """'2 seeds: A, B, C …; 3 seeds: D' from a Series of seed counts indexed by keys."""
+def _by_count(counts: pd.Series, name, unit: str = "seed") -> str:
+    """'2 seeds: A, B, C …; 3 seeds: D' from a Series of seed (`unit`) counts indexed by keys."""
     out = []
     for n, g in counts.groupby(counts, sort=True):
         names = [name(k) for k in g.index[:MAX_LISTED]]
-        out.append(f"{len(g)} with {n} seed{'s' if n != 1 else ''} ({', '.join(names)}"
+        out.append(f"{len(g)} with {n} {unit}{'s' if n != 1 else ''} ({', '.join(names)}"
                    f"{' …' if len(g) > MAX_LISTED else ''})")
     return "; ".join(out)
 
 
+def _unit(cv: pd.Series) -> str:
+    """The replicate named in the banner: 'seed', 'fold' (every line cross-validated), or
+    'replicate' where a study mixes them."""
+    return "fold" if len(cv) and cv.all() else "seed" if not cv.any() else "replicate"
+
+
 def thin_banner(cells: pd.DataFrame) -> str:
-    """A warning naming the rows (per dataset) with fewer than MIN_PAIRED_SEEDS seeds and
-    the comparisons sharing fewer than that with their baseline; "" when there are none."""
+    """A warning naming the rows (per dataset) with fewer than MIN_PAIRED_SEEDS seeds (folds,
+    under k-fold cross-validation) and the comparisons sharing fewer than that with their
+    baseline; "" when there are none."""
     if cells.empty:
         return ""
-    seeds = primary(cells).groupby(["row", "dataset"], sort=False)["seeds"].max()
+    c = primary(cells)
+    c = c.assign(_units=_units(c).to_numpy(),
+                 _cv=(c["folds"] > 0).to_numpy() if "folds" in c.columns else False)
+    seeds = c.groupby(["row", "dataset"], sort=False)["_units"].max()
     thin = seeds[seeds < stats.MIN_PAIRED_SEEDS]
-    pairs = cells[(cells["n_pairs"] > 0) & (cells["n_pairs"] < stats.MIN_PAIRED_SEEDS)]
-    pairs = pairs.groupby(["row", "baseline", "dataset"], sort=False)["n_pairs"].max()
+    thin_cv = c.groupby(["row", "dataset"], sort=False)["_cv"].all()[thin.index]
+    low = cells[(cells["n_pairs"] > 0) & (cells["n_pairs"] < stats.MIN_PAIRED_SEEDS)]
+    pairs = low.groupby(["row", "baseline", "dataset"], sort=False)["n_pairs"].max()
+    pairs_cv = (low["test"] == stats.CORRECTED_T) if "test" in low.columns \
+        else pd.Series(False, index=low.index)
     parts = []
     if len(thin):
+        unit = _unit(thin_cv)
         parts.append(f"{len(thin)} of {len(seeds)} rows (per dataset) have fewer than "
-                     f"{stats.MIN_PAIRED_SEEDS} seeds: "
-                     + _by_count(thin, lambda k: f"{k[0]} on {dataset_name(k[1])}"))
+                     f"{stats.MIN_PAIRED_SEEDS} {unit}s: "
+                     + _by_count(thin, lambda k: f"{k[0]} on {dataset_name(k[1])}", unit))
     if len(pairs):
+        unit = _unit(pairs_cv)
         parts.append(f"{len(pairs)} one-axis comparisons share fewer than "
-                     f"{stats.MIN_PAIRED_SEEDS} seeds with their baseline: "
-                     + _by_count(pairs, lambda k: f"{k[0]} vs {k[1]} on {dataset_name(k[2])}"))
+                     f"{stats.MIN_PAIRED_SEEDS} {unit}s with their baseline: "
+                     + _by_count(pairs, lambda k: f"{k[0]} vs {k[1]} on {dataset_name(k[2])}",
+                                 unit))
     if not parts:
         return ""
     return ("This store is too thin for claims. " + ". ".join(parts) + ". These numbers are "

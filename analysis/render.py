@@ -120,6 +120,14 @@ METHOD = [
     "of the difference, so p < 0.05 exactly when the CI excludes 0. Holm-Bonferroni adjustment "
     "over all tested comparisons of a study; ↑/↓ mark Holm p < 0.05 against the row's first "
     "comparison.",
+    "Under k-fold cross-validation (data.protocol: cv; both rows' runs folds of the same k-fold "
+    "CV) the unit is the fold, not the seed: per fold the mean over its seeds (they share its "
+    "test graphs), paired over the folds both rows have, and the corrected resampled t-test of "
+    "Nadeau & Bengio (2003): the k per-fold differences' mean, variance (1/k + 1/(K − 1))·s² "
+    "for K-fold CV (the folds' training sets overlap, so the plain paired t over folds is too "
+    "liberal), t with k − 1 degrees of freedom, p and the 95% CI from it; the statistics "
+    "table's test column names the test of each line, and a comparison needs ≥ "
+    f"{stats.MIN_PAIRED_SEEDS} shared folds.",
     "On a study run with adaptive seeds (its adaptive.json) the ↑/↓ markers, and ≈ for "
     "'equivalent', are the stored decisions of its anytime-valid confidence sequence, on the "
     "column it decided; the sign-flip p-values of its statistics table are fixed-n numbers on "

@@ -8,6 +8,9 @@
 - `sign_flip`: the one paired test of the report, an exact paired permutation (sign-flip)
   test of the mean difference, and the CI that inverts it: 0 lies outside the CI exactly
   when p < alpha, so the interval and the p-value can never disagree.
+- `corrected_t` (`paired_folds`): the paired test of a k-fold cross-validated study, over
+  folds: the corrected resampled t-test of Nadeau & Bengio (2003), whose variance counts
+  the overlap of the folds' training sets.
 - `holm`: Holm-Bonferroni step-down adjustment of a family of p-values.
 - `exp_fit`: least-squares fit of y = a * exp(b * x) + c (the paper's "accuracy grows
   exponentially with attention AUC"): grid over b with a, c solved linearly, then
@@ -129,15 +132,51 @@ def min_p(n: int) -> float:
     return min(1.0, 2.0 / 2 ** n) if n > 0 else math.nan
 
 
+SIGN_FLIP = "sign-flip"  # `Paired.test` of the paired test over seeds
+CORRECTED_T = "corrected t (folds)"  # `Paired.test` of the paired test over CV folds
+
+
+def corrected_t(d: object, folds: int, alpha: float = 0.05) -> tuple[float, float, float]:
+    """(p, CI low, CI high) of the corrected resampled t-test of mean(d) = 0 over the k
+    per-fold differences `d` of a `folds`-fold cross-validation (Nadeau & Bengio 2003,
+    Machine Learning 52, "Inference for the generalization error").
+
+    The folds' training sets overlap (any two share (folds - 2) / (folds - 1) of their
+    graphs), so the per-fold differences are correlated and s^2 / k understates the
+    variance of their mean; the corrected variance is (1/k + n_test/n_train) s^2 with
+    n_test/n_train = 1 / (folds - 1), s^2 the sample variance (ddof 1) of d. Then
+    t = mean(d) / sqrt(var) with k - 1 degrees of freedom, p two-sided, and the (1 - alpha)
+    CI mean(d) -+ t_{k-1, 1-alpha/2} sqrt(var): it excludes 0 exactly when p < alpha.
+    NaN with fewer than two finite values; equal differences give p = 1 (all 0) or 0 and
+    the point CI (their value, their value).
+    """
+    a = _clean(d)
+    k = a.size
+    if k < 2:
+        return math.nan, math.nan, math.nan
+    if isinstance(folds, bool) or not (folds >= 2 and int(folds) == folds):
+        raise ValueError(f"folds must be an integer >= 2 (the k of k-fold CV), got {folds!r}")
+    m = float(a.mean())
+    if np.all(a == a[0]):
+        return (1.0 if m == 0 else 0.0), m, m
+    from scipy import stats as sps
+
+    se = float(a.std(ddof=1)) * math.sqrt(1 / k + 1 / (int(folds) - 1))
+    p = float(2 * sps.t.sf(abs(m) / se, k - 1))
+    half = float(sps.t.ppf(1 - alpha / 2, k - 1)) * se
+    return min(1.0, p), m - half, m + half
+
+
 @dataclass(frozen=True)
 class Paired:
-    """A paired comparison of a row with its baseline over shared seeds."""
+    """A paired comparison of a row with its baseline over shared seeds (or CV folds)."""
 
-    n: int  # shared seeds
+    n: int  # shared seeds (`paired`) or shared folds (`paired_folds`)
     delta: float  # mean difference (row - baseline)
-    ci_lo: float  # CI of the mean difference, the inversion of the sign-flip test
+    ci_lo: float  # CI of the mean difference, the inversion of the test
     ci_hi: float
-    p: float  # two-sided p of the exact sign-flip test
+    p: float  # two-sided p of the test
+    test: str = SIGN_FLIP  # which test: SIGN_FLIP or CORRECTED_T
 
 
 def paired(variant: object, baseline: object, alpha: float = 0.05, n_perm: int = N_BOOT,
@@ -150,6 +189,18 @@ def paired(variant: object, baseline: object, alpha: float = 0.05, n_perm: int =
         return Paired(0, math.nan, math.nan, math.nan, math.nan)
     p, lo, hi = sign_flip(d, alpha, n_perm, seed)
     return Paired(int(d.size), float(d.mean()), lo, hi, p)
+
+
+def paired_folds(variant: object, baseline: object, folds: int, alpha: float = 0.05) -> Paired:
+    """Compare two aligned arrays of a `folds`-fold cross-validation (one value per shared
+    fold: the mean over that fold's seeds; NaN pairs dropped) by `corrected_t`."""
+    v, b = np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)
+    keep = np.isfinite(v) & np.isfinite(b)
+    d = v[keep] - b[keep]
+    if d.size == 0:
+        return Paired(0, math.nan, math.nan, math.nan, math.nan, CORRECTED_T)
+    p, lo, hi = corrected_t(d, folds, alpha)
+    return Paired(int(d.size), float(d.mean()), lo, hi, p, CORRECTED_T)
 
 
 def holm(p: object) -> np.ndarray:

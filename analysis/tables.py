@@ -100,12 +100,16 @@ def _marker(r: pd.Series) -> str:
     return {1: UP, -1: DOWN}.get(direction(r), "")
 
 
-def marker_note(adaptive: dict | None) -> str:
-    """What the main table's markers mean: fixed-n tests, or an adaptive study's decisions."""
+def marker_note(adaptive: dict | None, folds: bool = False) -> str:
+    """What the main table's markers mean: fixed-n tests (`folds`: some over the folds of a
+    k-fold cross-validation), or an adaptive study's decisions."""
     if adaptive is None:
+        test = (f"exact sign-flip test over ≥ {stats.MIN_PAIRED_SEEDS} shared seeds" if not folds
+                else f"over ≥ {stats.MIN_PAIRED_SEEDS} shared folds where the runs are folds of "
+                "a k-fold cross-validation, the corrected resampled t-test; else the exact "
+                "sign-flip test over shared seeds")
         return (f"{UP}/{DOWN} = significantly higher/lower than the row's first baseline, the "
-                "row differing from it in one axis only (exact sign-flip test over ≥ "
-                f"{stats.MIN_PAIRED_SEEDS} shared seeds, Holm-adjusted p < {ALPHA}).")
+                f"row differing from it in one axis only ({test}, Holm-adjusted p < {ALPHA}).")
     opts = adaptive["options"]
     what = ("the AUC column" if opts.get("metric") == "auc"
             else "its split's accuracy column (each dataset's decision split)")
@@ -128,6 +132,7 @@ def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
     header = [[("", 1), ("", 1)] + [(dataset_name(d), len(cs)) for d, cs in layout],
               [("Model", 1), ("n", 1)] + [(column_name(c), 1) for _, cs in layout for c in cs]]
     cells = primary(cells)
+    folds = "test" in cells.columns and bool((cells["test"] == stats.CORRECTED_T).any())
     idx = cells.set_index(["row", "dataset", "column"])
     body, bold = [], []
     for r in rows:
@@ -150,7 +155,7 @@ def main_table(cells: pd.DataFrame, rows: list[str], runs: dict[str, int],
     notes = ["Accuracy (%) per test split and attention AUC (%, first pooling layer, pooled "
              "over the nodes of all test graphs as the papers report it: COLORS ORIG + LARGE + "
              "LARGE-C, TRIANGLES ORIG + LARGE); mean ± std over n runs (seeds x trials, per "
-             "dataset); bold = best in column; " + marker_note(adaptive) + " Rows and "
+             "dataset); bold = best in column; " + marker_note(adaptive, folds) + " Rows and "
              f"columns as in the results table of {PAPER} ({WORKSHOP})."] + notes
     zero = zero_count_note(cells)
     if zero:
@@ -244,8 +249,9 @@ def stats_table(cells: pd.DataFrame) -> Table:
     then follows."""
     adaptive = "sequence" in cells.columns
     header = [[("Model", 1), ("Dataset", 1), ("Column", 1), ("n", 1), ("mean ± std", 1),
-               ("95% CI", 1), ("vs (one axis)", 1), ("pairs", 1), ("Δ [95% CI]", 1),
-               ("p", 1), ("p Holm", 1)] + ([("Sequence", 1)] if adaptive else [])]
+               ("95% CI", 1), ("vs (one axis)", 1), ("pairs", 1), ("test", 1),
+               ("Δ [95% CI]", 1), ("p", 1), ("p Holm", 1)]
+              + ([("Sequence", 1)] if adaptive else [])]
     body, bold = [], []
     for _, x in cells.iterrows():
         has = x["n_pairs"] > 0
@@ -255,19 +261,29 @@ def stats_table(cells: pd.DataFrame) -> Table:
                      fmt_interval(x["ci_lo"], x["ci_hi"]),
                      vs,
                      str(x["n_pairs"]) if x["axis"] else "–",
+                     x["test"] if has and x["test"] else "–",
                      f"{x['delta']:+.1f} {fmt_ci(x['delta_lo'], x['delta_hi'])}" if has else "–",
                      fmt_p(x["p"]), fmt_p(x["p_holm"])] + ([x["sequence"] or "–"] if adaptive
                                                             else []))
-        bold.append([False] * 10 + [significant(x)] * (2 if adaptive else 1))
+        bold.append([False] * 11 + [significant(x)] * (2 if adaptive else 1))
     notes = [f"CI: Student-t interval of the mean (only from {stats.MIN_PAIRED_SEEDS} runs "
              "on). vs: the baseline row, "
              "which differs from this row only in that axis (its value shown). Δ: mean paired "
-             "difference over shared seeds (runs of one seed averaged); p: exact paired "
-             "sign-flip (permutation) test of Δ, and the 95% CI of Δ is that test inverted, so "
+             "difference over shared seeds (runs of one seed averaged); p (test sign-flip): exact "
+             "paired sign-flip (permutation) test of Δ, and the 95% CI of Δ is that test inverted, so "
              "it excludes 0 exactly when p < 0.05; p Holm: adjusted over every tested "
              "comparison of the study (bold < 0.05). Comparisons with fewer than "
              f"{stats.MIN_PAIRED_SEEDS} shared seeds show Δ only; with n pairs p ≥ 2/2^n, so the "
              "CI stays unbounded (±∞) below 6 pairs."]
+    if (cells["test"] == stats.CORRECTED_T).any():
+        notes.append(f"test {stats.CORRECTED_T}: both rows' runs are folds of one k-fold "
+                     "cross-validation, so the unit is the fold: per fold the mean over its "
+                     "seeds (they share its test graphs), paired over the folds both rows have "
+                     "(pairs counts folds), and the corrected resampled t-test of Nadeau & "
+                     "Bengio (2003): variance (1/k + 1/(K − 1))·s² of the k per-fold "
+                     "differences for K-fold CV, t with k − 1 degrees of freedom, p and the 95% "
+                     "CI of Δ from it (the folds' training sets overlap: the plain paired t "
+                     f"over folds is too liberal); from {stats.MIN_PAIRED_SEEDS} folds on.")
     if adaptive:
         notes.append("This study added seeds adaptively, where its confidence sequence had not "
                      "decided yet: p, p Holm and the CI of Δ are fixed-n numbers on the seeds it "
@@ -276,7 +292,7 @@ def stats_table(cells: pd.DataFrame) -> Table:
                      "comparison on that column (greater, less, equivalent, open; – where the "
                      "sequence decided nothing); bold follows it.")
     return Table("stats", "Statistics per cell", header, body, bold, cells, notes,
-                 align="lllrrrlrrrr" + ("l" if adaptive else ""))
+                 align="lllrrrlrlrrr" + ("l" if adaptive else ""))
 
 
 def layers_table(ok: pd.DataFrame, rows: list[str]) -> Table | None:

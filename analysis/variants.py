@@ -88,7 +88,8 @@ DATA_PREFIX = "data."  # a dataset recipe parameter as an axis of its own ("data
 # recipe parameters that never define a row: where the data live, and a split seeded per run
 _DATA_LOCATION = ("path", "url")
 # recipe parameters that are replicates, not rows: the test fold of k-fold cross-validation
-# (`data.protocol: cv`; Errica et al. 2020 report mean and std over folds and runs)
+# (`data.protocol: cv`; Errica et al. 2020 report mean and std over folds and runs); the
+# paired test pairs such rows by fold (`cv_folds`, `analysis.cells`)
 _REPLICATES = ("fold",)
 
 
@@ -101,13 +102,7 @@ def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
     if "data_params" not in df.columns or df.empty:
         return df
     codes, uniques = pd.factorize(df["data_params"].astype(str))
-    parsed = []
-    for text in uniques:
-        try:
-            value = json.loads(text) if text not in ("", "nan") else {}
-        except ValueError:
-            value = {}
-        parsed.append(value if isinstance(value, dict) else {})
+    parsed = [_params(text) for text in uniques]
     keys = sorted({k for p in parsed for k in p if k not in _DATA_LOCATION})
     df = df.copy()
     for key in keys:
@@ -119,6 +114,34 @@ def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
             continue  # a cross-validation fold: pooled like the seed (mean over folds x seeds)
         df[DATA_PREFIX + key] = col
     return df
+
+
+def _params(text: str) -> dict:
+    """A record's `data_params` JSON as a dict ({} where empty or not a JSON object)."""
+    try:
+        value = json.loads(text) if text not in ("", "nan") else {}
+    except ValueError:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def cv_folds(params: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per record (its `data_params`), the cross-validation test fold and the k of the k-fold
+    CV it belongs to (`data.protocol: cv`, `data.fold`, `data.folds`); NaN, NaN for a record
+    of any other protocol. The fold is the paired test's unit of such a study
+    (`analysis.cells`): its seeds share its test graphs."""
+    codes, uniques = pd.factorize(params.astype(str))
+    fold, k = np.full(len(uniques), np.nan), np.full(len(uniques), np.nan)
+    for i, text in enumerate(uniques):
+        p = _params(text)
+        f, n = p.get("fold"), p.get("folds")
+        if p.get("protocol") == "cv" and _integer(f) and _integer(n) and 0 <= f < n:
+            fold[i], k[i] = f, n
+    return fold[codes], k[codes]
+
+
+def _integer(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _axis_value(v: object) -> object:

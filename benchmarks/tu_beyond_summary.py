@@ -35,8 +35,10 @@ def fold_difference(pairs: list[tuple], row: dict, base: dict, folds: int) -> di
     Learning 52: the folds' training sets overlap, so the variance of the mean of the k
     per-fold differences is (1/k + n_test/n_train) s^2, not s^2/k; n_test/n_train =
     1/(folds - 1)). The seeds of a fold share its test graphs, so they are averaged first:
-    the fold is the unit. None with fewer than 2 folds."""
-    from scipy import stats
+    the fold is the unit. The interval is the report's (`analysis.stats.corrected_t`, the
+    test of a cross-validated comparison there), here from 2 folds on. None with fewer than
+    2 folds."""
+    from analysis.stats import corrected_t
 
     by_fold: dict = {}
     for k in pairs:
@@ -44,10 +46,8 @@ def fold_difference(pairs: list[tuple], row: dict, base: dict, folds: int) -> di
     if len(by_fold) < 2:
         return None
     d = np.array([np.mean(v) for _, v in sorted(by_fold.items())])
-    k = len(d)
-    half = float(stats.t.ppf(0.975, k - 1) * d.std(ddof=1) * np.sqrt(1 / k + 1 / (folds - 1)))
-    return {"mean": float(d.mean()), "lo": float(d.mean() - half), "hi": float(d.mean() + half),
-            "pairs": len(pairs), "folds": k}
+    _, lo, hi = corrected_t(d, folds)
+    return {"mean": float(d.mean()), "lo": lo, "hi": hi, "pairs": len(pairs), "folds": len(d)}
 
 
 def summarise(df, folds: int = 10) -> dict:

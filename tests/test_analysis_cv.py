@@ -1,0 +1,191 @@
+"""The paired test of a k-fold cross-validated study (`data.protocol: cv`): the fold is the
+unit (per fold the mean over its seeds), and the test is the corrected resampled t-test of
+Nadeau & Bengio (2003). Expected values are worked out by hand (the t distribution with 4
+degrees of freedom has a closed-form CDF), not recomputed with the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import stats
+from analysis.cells import cell_stats
+from analysis.report import write_report
+from analysis.synthetic import trial_record, write_trials
+from analysis.variants import Comparison, cv_folds
+
+D = [1.0, 2.0, 3.0, 4.0, 5.0]  # per-fold differences row - baseline (points)
+X = [3.0, -2.0, 1.0, 4.0, -1.0]  # seed 0 is X higher than the fold's difference, seed 1 lower
+K = 5  # 5-fold CV: n_test / n_train = 1/4
+# mean 3, s^2 = 2.5 over k = 5 folds: var = (1/5 + 1/4) * 2.5 = 1.125, t = 3 / sqrt(1.125) =
+# 2 sqrt(2) with 4 degrees of freedom. For 4 df, P(|T| <= t) = (3/2) u (1 - u^2 / 3) with
+# u = t / sqrt(4 + t^2) = sqrt(2/3): (3/2) sqrt(2/3) (7/9), so p = 1 - (7/12) sqrt(8/3).
+P_HAND = 1 - 7 / 12 * math.sqrt(8 / 3)  # 0.047421
+# the plain paired t over the folds (variance s^2 / k = 0.5): t = 3 sqrt(2), u = 3 / sqrt(11),
+# p = 1 - (3/2) (3 / sqrt(11)) (8/11) = 1 - 36 / (11 sqrt(11))
+P_PLAIN = 1 - 36 / (11 * math.sqrt(11))  # 0.013235
+T975_4 = 2.7764451051977987  # t_{4, 0.975} (tables: 2.776)
+HALF_HAND = T975_4 * math.sqrt(1.125)  # 2.944864
+GLOBAL, UNSUP = "ChebyGIN global pool", "ChebyGIN unsup"
+
+
+def _accuracy(row: str, fold: int, seed: int) -> float:
+    """Baseline 50% + 2 per fold + 1 per seed; the row D[fold] higher on average over its two
+    seeds, seed 0 by D + X, seed 1 by D - X."""
+    base = 50.0 + 2 * fold + seed
+    if row == GLOBAL:
+        return base
+    return base + D[fold] + (X[fold] if seed == 0 else -X[fold])
+
+
+def _params(fold: int | None, folds: int = K) -> str:
+    return "{}" if fold is None else json.dumps({"fold": fold, "folds": folds, "protocol": "cv"})
+
+
+def _frame(folds: int = K, seeds: int = 2, cv: bool = True) -> pd.DataFrame:
+    """The frame `cell_stats` reads: 2 rows x `folds` folds x `seeds` seeds, test_orig."""
+    recs = []
+    for row in (GLOBAL, UNSUP):
+        for f in range(folds):
+            for s in range(seeds):
+                recs.append({"row": row, "variant": row, "dataset": "tu:MUTAG",
+                             "trial_id": f"{row}-{f}", "seed": s if cv else 2 * f + s,
+                             "split": "test_orig", "accuracy": _accuracy(row, f, s) / 100,
+                             "data_params": _params(f if cv else None)})
+    return pd.DataFrame(recs)
+
+
+COMPS = {UNSUP: [Comparison(GLOBAL, "pool_layers", "1", "none")]}
+
+
+def _line(cells: pd.DataFrame) -> pd.Series:
+    (i,) = np.flatnonzero(cells["baseline"].notna().to_numpy())
+    return cells.iloc[i]
+
+
+def test_corrected_t_by_hand():
+    p, lo, hi = stats.corrected_t(D, folds=K)
+    assert p == pytest.approx(P_HAND, rel=1e-9)
+    assert (lo, hi) == pytest.approx((3 - HALF_HAND, 3 + HALF_HAND), rel=1e-9)
+    # without the overlap term (K -> infinity) it is the plain paired t, 3.6 times smaller
+    assert stats.corrected_t(D, folds=10**12)[0] == pytest.approx(P_PLAIN, rel=1e-6)
+    # p < 0.05 exactly when the CI excludes 0 (both from the same t)
+    p9, lo9, hi9 = stats.corrected_t(np.array(D) - 0.1, folds=K)
+    assert (p9 < 0.05) == (lo9 > 0)
+    # 10-fold CV corrects less: variance (1/5 + 1/9) s^2
+    half10 = stats.corrected_t(D, folds=10)
+    assert half10[2] - 3 == pytest.approx(T975_4 * math.sqrt((1 / 5 + 1 / 9) * 2.5), rel=1e-9)
+
+
+def test_corrected_t_edge_cases():
+    assert all(math.isnan(v) for v in stats.corrected_t([1.0], folds=10))
+    assert stats.corrected_t([0.0, 0.0, 0.0], folds=10) == (1.0, 0.0, 0.0)
+    assert stats.corrected_t([2.0, 2.0, 2.0], folds=10) == (0.0, 2.0, 2.0)
+    with pytest.raises(ValueError, match="folds"):
+        stats.corrected_t(D, folds=1)
+    pr = stats.paired_folds([3.0, 4.0, math.nan], [1.0, 1.0, 1.0], folds=10)
+    assert pr.n == 2 and pr.test == stats.CORRECTED_T and pr.delta == pytest.approx(2.5)
+
+
+def test_cv_folds_of_data_params():
+    fold, k = cv_folds(pd.Series([_params(3, 10), "{}", "", "not json",
+                                  json.dumps({"fold": 1, "folds": 5, "protocol": "inductive"}),
+                                  _params(3, 10)]))
+    np.testing.assert_array_equal(fold, [3, np.nan, np.nan, np.nan, np.nan, 3])
+    np.testing.assert_array_equal(k, [10, np.nan, np.nan, np.nan, np.nan, 10])
+
+
+def test_cv_comparison_pairs_folds_with_the_corrected_t():
+    """2 rows x 5 folds x 2 seeds: 5 pairs (folds), not 2 (seeds) or 10 (runs); the seeds'
+    +-X cancel within each fold, so the test sees exactly D."""
+    cells = cell_stats(_frame(), COMPS, [GLOBAL, UNSUP], n_boot=200)
+    x = _line(cells)
+    assert x["test"] == stats.CORRECTED_T and x["n_pairs"] == K and x["folds"] == K
+    assert x["seeds"] == 2
+    assert x["delta"] == pytest.approx(3.0)
+    assert x["p"] == pytest.approx(P_HAND, rel=1e-9)
+    assert (x["delta_lo"], x["delta_hi"]) == pytest.approx((3 - HALF_HAND, 3 + HALF_HAND),
+                                                           rel=1e-9)
+    assert x["p_holm"] == pytest.approx(P_HAND, rel=1e-9)  # one test in the family
+
+
+def test_seeds_are_averaged_within_a_fold():
+    """Only the per-fold means count: moving the seeds of a fold further apart (X x 5) leaves
+    the test unchanged; pairing (fold, seed) runs one by one would not."""
+    wide = _frame()
+    is_row = wide["row"] == UNSUP
+    fold = np.array([json.loads(p)["fold"] for p in wide["data_params"]])
+    sign = np.where(wide["seed"] == 0, 1.0, -1.0)
+    wide.loc[is_row, "accuracy"] += (4 * sign * np.array(X)[fold] / 100)[is_row.to_numpy()]
+    a = _line(cell_stats(_frame(), COMPS, [GLOBAL, UNSUP], n_boot=200))
+    b = _line(cell_stats(wide, COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert b["std"] > a["std"]  # the runs spread more
+    for col in ("n_pairs", "delta", "delta_lo", "delta_hi", "p"):
+        assert b[col] == pytest.approx(a[col], rel=1e-9), col
+
+
+def test_shared_folds_only_and_too_few_folds():
+    """A fold the baseline lacks is left out; below MIN_PAIRED_SEEDS shared folds a
+    comparison keeps Δ but gets no p and no CI, as a seed comparison does."""
+    df = _frame()
+    df = df[~((df["row"] == GLOBAL) & (df["trial_id"] == f"{GLOBAL}-4"))]  # baseline lacks 4
+    x = _line(cell_stats(df, COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert x["test"] == stats.CORRECTED_T and x["n_pairs"] == 4 and x["folds"] == K
+    assert x["delta"] == pytest.approx(np.mean(D[:4]))
+    assert all(math.isnan(x[c]) for c in ("p", "delta_lo", "delta_hi", "p_holm"))
+    thin = _line(cell_stats(_frame(folds=4), COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert thin["n_pairs"] == 4 and math.isnan(thin["p"])
+
+
+def test_without_cv_the_seed_is_the_unit_and_the_test_sign_flip():
+    """The same numbers as 10 seeds of one trial each (no fold in data_params): 10 pairs by
+    seed and the exact sign-flip test, as before."""
+    x = _line(cell_stats(_frame(cv=False), COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert x["test"] == stats.SIGN_FLIP and x["n_pairs"] == 10 and x["folds"] == 0
+    d = [D[f] + (X[f] if s == 0 else -X[f]) for f in range(K) for s in range(2)]
+    assert x["delta"] == pytest.approx(3.0)
+    assert (x["p"], x["delta_lo"], x["delta_hi"]) == pytest.approx(stats.sign_flip(d))
+
+
+def test_benchmark_summary_uses_the_same_interval():
+    """benchmarks/tu_beyond_summary.py's fold_difference is the report's interval."""
+    from _bench import benchmark
+
+    mod = benchmark("tu_beyond_summary")
+    runs = {r: {(f, s): _accuracy(r, f, s) for f in range(K) for s in range(2)}
+            for r in (GLOBAL, UNSUP)}
+    d = mod.fold_difference(sorted(runs[UNSUP]), runs[UNSUP], runs[GLOBAL], folds=K)
+    x = _line(cell_stats(_frame(), COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert (d["mean"], d["lo"], d["hi"]) == pytest.approx(
+        (x["delta"], x["delta_lo"], x["delta_hi"]), rel=1e-12)
+    assert d["folds"] == K and d["pairs"] == 2 * K
+
+
+def test_report_on_a_cv_store(tmp_path):
+    """End to end: a store of 2 rows x 5 folds x 2 seeds (the runner's data_params) gives a
+    tested comparison over 5 folds, its test named in the CSV and the markdown table, and no
+    thin-store banner (2 seeds, but 5 folds)."""
+    rows = [trial_record(trial_id=f"{'g' if row == GLOBAL else 'u'}{f}", seed=s,
+                         seeds="0,1", split="test_orig", dataset="tu:MUTAG",
+                         data_params=_params(f), accuracy=_accuracy(row, f, s) / 100,
+                         attn_auc_l0=math.nan, pool_layers="" if row == GLOBAL else "1")
+            for row in (GLOBAL, UNSUP) for f in range(K) for s in range(2)]
+    write_trials(tmp_path / "res", "cv", rows)
+    summary = write_report(tmp_path / "res", tmp_path / "out", n_boot=200, figures=False)
+    cells = pd.read_csv(tmp_path / "out" / "tables" / "cv__stats.csv")
+    x = cells.dropna(subset=["baseline"]).iloc[0]
+    assert (x["row"], x["baseline"]) == (UNSUP, GLOBAL)
+    assert x["test"] == stats.CORRECTED_T and x["n_pairs"] == K
+    assert x["p"] == pytest.approx(P_HAND, rel=1e-9)
+    assert (x["delta_lo"], x["delta_hi"]) == pytest.approx((3 - HALF_HAND, 3 + HALF_HAND),
+                                                           rel=1e-9)
+    md = (tmp_path / "out" / "tables" / "cv__stats.md").read_text()
+    assert f"| {K} | {stats.CORRECTED_T} |" in md and "Nadeau & Bengio" in md
+    assert not summary["cv"]["banner"]
+    assert any("corrected resampled t p" in f and f"{K} paired folds" in f
+               for f in summary["cv"]["findings"])
