@@ -33,11 +33,49 @@ def _seed_list(s: object) -> list[int]:
         return []
 
 
+def _data_params_varied(col: pd.Series) -> list[str]:
+    """The dataset recipe parameters that varied, one line each (`data.KEY: values`), not one
+    JSON text per combination; a cross-validation fold, pooled like the seed, as its count."""
+    import json
+
+    values: dict[str, set[str]] = {}
+    parsed_all = []
+    for text in col.dropna().astype(str).unique():
+        try:
+            parsed = json.loads(text) if text not in ("", "nan") else {}
+        except ValueError:
+            parsed = {}
+        parsed = parsed if isinstance(parsed, dict) else {}
+        parsed_all.append(parsed)
+        for k, v in parsed.items():
+            values.setdefault(k, set()).add(json.dumps(v) if isinstance(v, list | dict) else str(v))
+    out = []
+    for k in sorted(values):
+        vals = values[k]
+        if any(k not in p for p in parsed_all):  # some combinations leave it at the default
+            vals = vals | {"default"}
+        if len(vals) < 2:
+            continue
+        if k == "fold":
+            folds = sorted(int(v) for v in vals if v.lstrip("-").isdigit())
+            out.append(f"data.fold: {len(folds)} cross-validation folds "
+                       f"({folds[0]}–{folds[-1]}), pooled like seeds" if folds else
+                       f"data.fold: {', '.join(sorted(vals))}")
+            continue
+        shown = sorted(vals)
+        more = f", … ({len(shown)} values)" if len(shown) > MAX_ROW_VALUES else ""
+        out.append(f"data.{k}: " + ", ".join(shown[:MAX_ROW_VALUES]) + more)
+    return out
+
+
 def overview(study: Study) -> Overview:
     """What varied, ok/failed/missing counts and the missing pieces of a study."""
     df = study.trials
     varied = []
     for a in DESCRIBED_AXES:
+        if a == "data_params" and a in df.columns:
+            varied += _data_params_varied(df[a])
+            continue
         if a in df.columns:
             vals = df[a].dropna().unique()
             if len(vals) > 1:

@@ -189,3 +189,17 @@ def test_report_on_a_cv_store(tmp_path):
     assert not summary["cv"]["banner"]
     assert any("corrected resampled t p" in f and f"{K} paired folds" in f
                for f in summary["cv"]["findings"])
+
+
+def test_what_varied_names_each_recipe_parameter_and_counts_the_folds():
+    """The overview lists `data.KEY: values` (a key some runs leave at its default shows
+    'default'), and a cross-validation fold as its count, not one JSON text per fold."""
+    from analysis.overview import _data_params_varied
+
+    texts = [json.dumps({"fold": f, "folds": 10, "path": "/d", "protocol": "cv"})
+             for f in range(10)] + [json.dumps({"fold": 3, "folds": 10, "path": "/d",
+                                                "protocol": "cv", "node_attr": True})]
+    assert _data_params_varied(pd.Series(texts)) == [
+        "data.fold: 10 cross-validation folds (0–9), pooled like seeds",
+        "data.node_attr: True, default"]
+    assert _data_params_varied(pd.Series([json.dumps({"n_train": 500})] * 3)) == []
