@@ -10,6 +10,7 @@ package, its version, the range and what to do (a `ConfigError`: the CLI prints 
 
     private name                                    accessor                 used by (ablate/)
     Tune's RayActorManager._actor_task_failed       wrap_actor_task_failed   runner/execute/tune_callback.py
+    Tune's Trial.handle_error (internal to Tune)     wrap_trial_handle_error  runner/execute/tune_callback.py
     ray._private.worker.print_to_stdstream          wrap_print_to_stdstream  runner/execute/ray_env.py
     ray._private.worker._global_node                ray_session_dir          runner/execute/reap.py
     ray._private.utils: estimate_available_memory,  ray_node_memory          runner/plan/resources.py
@@ -131,6 +132,25 @@ def wrap_actor_task_failed(wrap: Callable[[Callable], Callable]) -> bool:
     False when it already is."""
     return _wrap_once(_tune_actor_manager(), "_actor_task_failed", wrap, "ray",
                       "Tune's RayActorManager._actor_task_failed")
+
+
+def _tune_trial() -> Any:
+    """Tune's `Trial` class, checked to have the `handle_error` ablate wraps (a name without an
+    underscore, yet no part of Tune's public API: its controller calls it on a trial's failure,
+    before it asks `Trial.should_recover` whether to retry)."""
+    what = "Tune's Trial.handle_error"
+    check("ray", what)
+    trial = _import("ray.tune.experiment.trial", "ray", what)
+    cls = _attr(trial, "Trial", "ray", what)
+    _attr(cls, "handle_error", "ray", what)
+    _attr(cls, "should_recover", "ray", what)
+    return cls
+
+
+def wrap_trial_handle_error(wrap: Callable[[Callable], Callable]) -> bool:
+    """Put `wrap(original)` in place of Tune's `Trial.handle_error(self, exc)`, once
+    (`tune_callback.retry_only_what_may_pass`); False when it already is."""
+    return _wrap_once(_tune_trial(), "handle_error", wrap, "ray", "Tune's Trial.handle_error")
 
 
 def ray_worker() -> Any:

@@ -24,13 +24,15 @@ from ablate.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCESSORS = {  # accessor -> the distribution it checks
-    "_tune_actor_manager": "ray", "ray_worker": "ray", "_ray_utils": "ray", "ray_node_memory": "ray",
+    "_tune_actor_manager": "ray", "_tune_trial": "ray", "ray_worker": "ray", "_ray_utils": "ray",
+    "ray_node_memory": "ray",
     "cuda_pool_exit": "torch", "slic_kernels": "scikit-image",
 }
 WRAPPERS = {  # accessor that puts a wrapper in place -> (module holding the owner, owner, name)
     "wrap_actor_task_failed": ("ray.air.execution._internal.actor_manager", "RayActorManager",
                                "_actor_task_failed"),
     "wrap_print_to_stdstream": ("ray._private.worker", None, "print_to_stdstream"),
+    "wrap_trial_handle_error": ("ray.tune.experiment.trial", "Trial", "handle_error"),
 }
 
 
@@ -175,3 +177,30 @@ def test_the_tune_hook_hands_over_worker_losses_and_nothing_else(monkeypatch):
     for e, got in zip(losses, seen):
         assert isinstance(got, RayActorError) and type(e).__name__ in str(got), (e, got)
     assert seen[len(losses):] == kept  # any other error reaches Tune as it is
+
+
+def test_the_tune_hook_spends_the_retries_of_a_trial_whose_own_error_a_retry_cannot_fix(
+        monkeypatch):
+    """Tune retries a failed trial whatever failed it (`FailureConfig(max_failures)`): a search
+    trial's own exception that the runner's rule refuses (`ablate.errors.retryable`: a config
+    error, a device error) spends its budget at once; a runtime fault, NaN and a worker's
+    death (no exception of its own) keep theirs."""
+    from types import SimpleNamespace
+
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from ablate.errors import DeviceError, NaNLoss
+    from ablate.runner.execute.tune_callback import retry_only_what_may_pass
+
+    trial_cls = compat._tune_trial()
+    monkeypatch.setattr(trial_cls, "handle_error", lambda self, exc=None: None)
+    retry_only_what_may_pass()
+    cases = [(RayTaskError("fn", "tb", ConfigError("bad")), 0),
+             (RayTaskError("fn", "tb", DeviceError("no cuda")), 0),
+             (RayTaskError("fn", "tb", RuntimeError("flaky")), 2),
+             (RayTaskError("fn", "tb", NaNLoss("nan")), 2),
+             (RayActorError(error_msg="The actor died."), 2)]
+    for exc, left in cases:
+        trial = SimpleNamespace(max_failures=2)
+        trial_cls.handle_error(trial, exc)
+        assert trial.max_failures == left, exc

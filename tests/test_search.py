@@ -549,7 +549,8 @@ from ablate.errors import ConfigError
 class Boom(torch.nn.Module):
     '''Fits the driver's check of a user's layer (3 -> 4 features) and raises on a real
     model's sizes, so only in a worker: the error named in BOOM_DIR/raise, each attempt counted
-    in BOOM_DIR/attempts.'''
+    in BOOM_DIR/attempts. 'KIND once' fails the first construction only (BOOM_DIR/raised marks
+    it done); 'exit' is the worker's death.'''
 
     def __init__(self, in_channels, out_channels):
         super().__init__()
@@ -559,8 +560,17 @@ class Boom(torch.nn.Module):
                 f.write("attempt\\n")
             with open(os.path.join(folder, "raise")) as f:
                 kind = f.read().strip()
-            error = {"ConfigError": ConfigError, "RuntimeError": RuntimeError}[kind]
-            raise error(f"boom ({kind})\\nsecond line")
+            if kind.endswith(" once"):
+                kind, marker = kind[:-len(" once")], os.path.join(folder, "raised")
+                if os.path.exists(marker):
+                    kind = ""
+                else:
+                    open(marker, "w").close()
+            if kind == "exit":
+                os._exit(1)
+            if kind:
+                error = {"ConfigError": ConfigError, "RuntimeError": RuntimeError}[kind]
+                raise error(f"boom ({kind})\\nsecond line")
         self.lin = torch.nn.Linear(in_channels, out_channels)
 
     def forward(self, x, adj, mask):
@@ -642,6 +652,90 @@ def test_a_final_config_is_retried_only_when_a_retry_may_fix_it(ray_env, tmp_pat
             "boom (RuntimeError)") in capsys.readouterr().err
 
 
+def _run_boom_search(tmp_path, monkeypatch, kind: str, *overrides: str) -> int:
+    """`search_with_layer` with the `BOOM_LAYER` failing as `kind` says, one search trial; the
+    command's exit code."""
+    from ablate.run import main
+
+    attempts = _boom(tmp_path, monkeypatch, kind)
+    assert not attempts.exists()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "boom_search.yaml").write_text(search_with_layer("boom_search:Boom"))
+    monkeypatch.chdir(work)
+    return main(["study=./boom_search.yaml", f"results_dir={tmp_path / 'results'}", "n_trials=1",
+                 *overrides])
+
+
+def _failures(tmp_path) -> list[dict]:
+    import json
+
+    log = tmp_path / "results" / "boom_search" / "failures.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.slow  # a real local Ray: about 40 s each here; CI runs -m slow too
+@pytest.mark.parametrize("kind, error", [
+    ("RuntimeError once", "RuntimeError: boom (RuntimeError)"),
+    ("exit once", "ActorDiedError: The actor died"),  # the worker's process dies
+])
+def test_a_search_trial_that_fails_once_is_retried_and_the_study_finishes(
+        kind, error, ray_env, tmp_path, monkeypatch, capsys):
+    """A search trial whose first attempt raises an error a retry may fix, or whose worker
+    dies, is recorded and run again (`max_failures`, default 2, as a grid study's): the study
+    finishes, exit 0; its rows are the passing attempt's (``attempt`` 2), the failed attempt
+    has its line in failures.jsonl and the summary says a search trial passed on a retry
+    (before: the trial was stored failed at once and the command exited 1). The arm's
+    cv_folds and objective are recorded beside its Optuna study (the rerun check reads them)."""
+    import json
+
+    from ablate.runner.execute.store import Store
+
+    assert _run_boom_search(tmp_path, monkeypatch, kind) == 0
+    df = Store(tmp_path / "results", "boom_search").read()
+    assert (df.status == "ok").all(), set(df.error)
+    search = df[df.role == "search"]
+    assert set(search.optuna_trial) == {0} and set(search.attempt) == {2}
+    assert set(df[df.role != "search"].attempt) == {1}
+    [failure] = _failures(tmp_path)
+    assert (failure["trial_id"], failure["attempt"], failure["status"]) == (
+        "mine-trial00000", 1, "error")
+    assert failure["error"].startswith(error) and "\n" not in failure["error"], failure
+    out, err = capsys.readouterr()
+    assert "search trial #0 failed (attempt 1 of 3), run again: " + error in err, err[-3000:]
+    assert "search trial #0 finished 1 epochs (attempt 2)" in err
+    assert ("mine: 1 search trial(s) run again after a failed attempt, 1 passed on a retry"
+            in out), out
+    assert "search trials failed in this run" not in out
+    record = tmp_path / "results" / "boom_search" / "mine" / "settings.json"  # its protocol
+    assert json.loads(record.read_text()) == {"cv_folds": 0, "objective": "mean"}
+
+
+@pytest.mark.slow  # a real local Ray: about 30 s each here; CI runs -m slow too
+@pytest.mark.parametrize("kind, max_failures, runs", [
+    ("ConfigError", 2, 1),  # a retry cannot fix a config error: run once
+    ("RuntimeError", 1, 2),  # may pass on a retry: 1 + max_failures attempts in all
+])
+def test_a_search_trial_is_retried_only_when_a_retry_may_fix_it(
+        kind, max_failures, runs, ray_env, tmp_path, monkeypatch, capsys):
+    """Search trials retry by the grid runner's rule (`ablate.errors.retryable`): one that
+    fails every time with a config error runs once, one with a runtime fault 1 +
+    `max_failures` times; each failed attempt is recorded (failures.jsonl), the trial's rows
+    are its last attempt's, failed, and the command exits 1."""
+    from ablate.runner.execute.store import Store
+
+    assert _run_boom_search(tmp_path, monkeypatch, kind, f"max_failures={max_failures}") == 1
+    assert len((tmp_path / "attempts").read_text().splitlines()) == runs
+    df = Store(tmp_path / "results", "boom_search").read()
+    assert set(df.role) == {"search"} and set(df.status) == {"error"}
+    assert set(df.attempt) == {runs} and set(df.error) == {f"{kind}: boom ({kind})"}
+    assert [(f["attempt"], f["error"]) for f in _failures(tmp_path)] == [
+        (n, f"{kind}: boom ({kind})") for n in range(1, runs + 1)]
+    out = capsys.readouterr().out
+    assert "search trials failed in this run: mine 1 of 1" in out, out
+    assert ("run again after a failed attempt, 0 passed" in out) == (runs > 1), out
+
+
 def _stored_search_trial(spec, arm: str, number: int = 0, **params) -> dict:
     """One stored search row of `arm` as a search trial writes it (`tuning.store_writer`)."""
     from ablate.config import axes
@@ -702,3 +796,124 @@ def test_a_rerun_with_another_fixed_axis_is_refused_before_ray(change, words, tm
     for same in ([], ["seeds=[3,4,5]", "search.threshold.low=1e-5", "device=cpu"]):
         with pytest.raises(_RayWouldStart):  # past the check, as far as starting Ray
             main([*argv, *same])
+
+
+def _members(spec, arm: str, accs: list[float], objective: float, folds: int = 0) -> list[dict]:
+    """The stored rows of one search trial of `arm` whose members (fold-major: `folds` folds,
+    or none, x seeds 0, 1, 2) scored `accs`, its objective `objective`."""
+    who = [(f, s) for f in (range(folds) if folds else [-1]) for s in (0, 1, 2)]
+    return [{**_stored_search_trial(spec, arm), "seed": s, "fold": f, "accuracy": a,
+             "objective": objective} for (f, s), a in zip(who, accs, strict=True)]
+
+
+@pytest.mark.parametrize("record, stored, change, words", [
+    # the record a search writes beside the arm's Optuna study (tuning.write_settings)
+    (True, "one seed", "cv_folds=3", "cv_folds 0, this run asks for 3"),
+    (True, "one seed", "objective=mean_minus_std", "objective mean, this run asks for "
+     "mean_minus_std"),
+    # a store written before the record: what its rows show
+    (False, "5 folds", "cv_folds=0", "cv_folds 5, this run asks for 0"),
+    (False, "5 folds", "cv_folds=3", "cv_folds 5, this run asks for 3"),
+    (False, "mean - std", "objective=mean", "objective mean_minus_std, this run asks for mean"),
+    (False, "mean", "objective=mean_minus_std", "objective mean, this run asks for "
+     "mean_minus_std"),
+])
+def test_a_rerun_with_another_cv_folds_or_objective_is_refused_before_ray(
+        record, stored, change, words, tmp_path, monkeypatch, capsys):
+    """``cv_folds`` and ``objective`` decide what an objective value is: a rerun into the same
+    results_dir with another value than the arm's search ran with is one line, exit 2, before
+    Ray starts, naming the arm, the setting and both values, and nothing stored is touched
+    (before: the Optuna study went on, mixing values that cannot be compared). A store written
+    before the record is read by what its rows show (the members' folds; the objective a
+    trial's accuracies give); rows that cannot tell are not compared, and the same settings
+    go on."""
+    import numpy as np
+
+    import ablate.runner.execute.ray_env
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+    from ablate.runner.study.search_spec import load_search_spec
+
+    def no_ray(address):
+        raise _RayWouldStart
+
+    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    arm = "colors_chebygin_unsup"
+    argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
+    held = {"one seed": [], "5 folds": ["cv_folds=5"], "mean - std": ["objective=mean_minus_std"],
+            "mean": []}[stored]
+    spec = load_search_spec("threshold_search", [*argv, *held])
+    store = Store(tmp_path, "threshold_search")
+    accs = [0.4, 0.5, 0.9]
+    rows = {"one seed": [_stored_search_trial(spec, arm)],  # cannot tell its objective
+            "5 folds": _members(spec, arm, [0.5] * 15, 0.5, folds=5),
+            "mean - std": _members(spec, arm, accs, 0.6 - float(np.std(accs))),
+            "mean": _members(spec, arm, accs, 0.6)}[stored]
+    store.write(f"{arm}-trial00000", rows)
+    if record:
+        from ablate.runner.search.tuning import settings_path, write_settings
+
+        write_settings(spec, arm)
+        assert settings_path(spec, arm).exists()
+
+    def files() -> dict:  # every file but the lock a run takes (the store's bookkeeping)
+        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+                and p.name != ".lock"}
+
+    before = files()
+    assert main([*argv, change]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: arm {arm}: ") and "\n" not in err, err
+    assert f"holds its search on {words}; give another results_dir=" in err, err
+    assert files() == before  # no record, study file or row written
+    with pytest.raises(_RayWouldStart):  # the settings it ran with: past the check
+        main([*argv, *held])
+
+
+def test_a_store_whose_rows_cannot_tell_its_objective_is_not_refused(tmp_path, monkeypatch):
+    """A store written before the record whose trials cannot tell the objective they were
+    scored by (every member alike: mean and mean - std agree) goes on under either."""
+    import ablate.runner.execute.ray_env
+    from ablate.run import main
+    from ablate.runner.execute.store import Store
+    from ablate.runner.study.search_spec import load_search_spec
+
+    def no_ray(address):
+        raise _RayWouldStart
+
+    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    arm = "colors_chebygin_unsup"
+    argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
+    spec = load_search_spec("threshold_search", argv)
+    Store(tmp_path, "threshold_search").write(f"{arm}-trial00000",
+                                              _members(spec, arm, [0.5] * 3, 0.5))
+    for objective in ("mean", "mean_minus_std"):
+        with pytest.raises(_RayWouldStart):
+            main([*argv, f"objective={objective}"])
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_missing_data_path_is_refused_in_one_line_as_in_a_grid_study(dry_run, tmp_path,
+                                                                       monkeypatch, capsys):
+    """A search study's ``data.path`` that does not exist is refused by the grid studies' rule
+    (`ablate.runner.plan.datasets.check_recipe_paths`), in the same line, exit 2: by its dry
+    run (before: the arms were listed, exit 0) and by its run before anything is written or
+    Ray starts."""
+    import ablate.runner.execute.ray_env
+    from ablate.run import main
+
+    def no_ray(address):
+        raise _RayWouldStart
+
+    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    missing, results = tmp_path / "no_such_folder", tmp_path / "results"
+    assert main(["study=tu", f"data.path={missing}", "dry_run=true", "estimate=off"]) == 2
+    grid = capsys.readouterr().err.strip()
+    assert grid.startswith(f"error: dataset proteins: PROTEINS directory '{missing}' "
+                           "(data.path) does not exist") and "\n" not in grid, grid
+    argv = ["study=tu_search", "arms=proteins_weak", f"data.path={missing}",
+            f"results_dir={results}", *(["dry_run=true"] if dry_run else [])]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == grid and not out, (out, err)
+    assert not results.exists()  # nothing written

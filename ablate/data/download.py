@@ -161,13 +161,15 @@ def ensure_files(name: str, path: str | None = None, url: str | None = None,
     return folder
 
 
-def check_files(name: str, path: str | None = None, url: str | None = None) -> str | None:
+def check_files(name: str, path: str | None = None, url: str | None = None,
+                probe: bool = True) -> str | None:
     """What a run would do for dataset `name`, checked without downloading (dry runs): None when
     the files are there, else a note naming the download (what, how many MB, from where, into
     which folder); refusals as in `ensure_files`. A server that cannot be reached from here
     (offline) is said in the note, so that a dry run plans a study before any data is there;
     a mirror named by `url` (data.url=) that does not answer is refused the way a failed
-    download is."""
+    download is. `probe` False: the folder alone is checked, the server not asked (a run that
+    downloads next)."""
     src, folder, complete = _located(name, path)
     if complete:
         return None
@@ -179,6 +181,8 @@ def check_files(name: str, path: str | None = None, url: str | None = None) -> s
     amount = f"{size / 1e6:.1f} MB" if all(f in SIZES for f in src.files) else "size not known"
     note = (f"{src.label}: {len(src.files)} file(s) ({amount}) will be downloaded from {base} "
             f"into {folder} by the first run")
+    if not probe:
+        return note
     try:
         _probe(src, folder, f"{base}/{src.files[0]}")
     except Unreachable as e:

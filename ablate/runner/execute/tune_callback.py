@@ -323,6 +323,34 @@ def worker_deaths_as_trial_failures() -> None:
     wrap_actor_task_failed(hand_over)
 
 
+def retry_only_what_may_pass() -> None:
+    """Make Tune retry a trial that raised only when a retry may fix its error (idempotent).
+
+    Tune's `FailureConfig(max_failures)` retries a failed trial whatever failed it. A search
+    trial (`ablate.runner.search.tuning`) raises its own exception out of its trainable: one that
+    the runner's retry rule refuses (`ablate.errors.retryable`: a config error, a device this
+    process cannot use, device memory that ran out for the smallest piece) would fail the same
+    way every time, so its trial's budget is spent at once and Tune records it failed. A worker
+    or node that died (no exception of the trial's own) and a runtime fault are retried up to
+    `max_failures` times, as a grid trial is. Grid trials never raise out of their trainable
+    (their worker retries them itself), so this changes nothing for them. Tune's `Trial.handle_error`,
+    which its controller calls on a failure before it asks `should_recover`, is wrapped through
+    `ablate.compat`, once."""
+    from ablate.compat import wrap_trial_handle_error
+    from ablate.errors import retryable
+
+    def hand_over(original):
+        def handle_error(self, exc=None):
+            original(self, exc)
+            cause = getattr(exc, "cause", None)  # the trainable's own exception (RayTaskError)
+            if isinstance(cause, BaseException) and not retryable(cause):
+                self.max_failures = 0  # should_recover: failures (>= 1 now) <= 0: no retry
+
+        return handle_error
+
+    wrap_trial_handle_error(hand_over)
+
+
 class StorageStop(tune.Stopper):
     """Stops the whole study once a result could not be written (disk full, read-only), and a
     pack whose members all have their final record (their retry budget spent: a worker that

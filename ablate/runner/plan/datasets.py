@@ -3,7 +3,8 @@
 `prepare_datasets` builds (or loads) each dataset recipe of the trials once into the on-disk
 cache, in the driver (`ablate.runner.execute.driver.run_study`: those read from local or
 downloaded files first, so a bad path fails before Ray starts, `reads_local_files`).
-`check_data_paths` is the dry run's check of the same folders and downloads.
+`check_data_paths` is the dry run's check of the same folders and downloads (`check_recipe_paths`:
+also a search study's, dry run and run).
 """
 
 from __future__ import annotations
@@ -64,12 +65,19 @@ def check_data_paths(study: Study) -> list[str]:
     """Dry runs: a dataset folder named by ``data.path`` that does not exist, a half-filled
     or unwritable data folder, raw files that cannot be downloaded: one ConfigError (a run
     finds the same when it prepares the data, before Ray starts). Returns a note per
-    download a run would make."""
+    download a run would make. The rule of every study's data (`check_recipe_paths`)."""
+    return check_recipe_paths(study.trials)
+
+
+def check_recipe_paths(trials: list[Trial], probe: bool = True) -> list[str]:
+    """`check_data_paths` of `trials`: a grid study's dry run, a search study's dry run and
+    run (`ablate.runner.search.entry`, its arms' and final configs). `probe` False: the
+    folders alone, the servers not asked (a run, which downloads next)."""
     from ablate.data import dataset_cache_path, download
 
     notes: list[str] = []
     seen = set()
-    for t in study.trials:
+    for t in trials:
         params = dict(t.data_params)
         if not reads_local_files(t) or t.data_hash in seen:
             continue
@@ -79,7 +87,7 @@ def check_data_paths(study: Study) -> list[str]:
                 where = (t.dataset, params.get("path"), params.get("url"))  # raw files: per place
                 if where not in seen and not dataset_cache_path(t.dataset, params).exists():
                     seen.add(where)
-                    note = download.check_files(*where)
+                    note = download.check_files(*where, probe=probe)
                     if note:
                         notes.append(note)
             elif t.dataset == "pyg":  # the user's class imports here (the run builds it)

@@ -20,7 +20,8 @@ The modules: `search_spec` (the study file and overrides, composed by
 `tuning` (Optuna study, Tune run, store rows), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
 this one holds only the entry point (`main`), the dry-run text (`describe`), the checks
-before Ray starts (`_one_config_per_arm`, `_recipe`) and the embedded Ray's stop (`_stop_ray`).
+before Ray starts (`_one_config_per_arm`, `_recipe`, `_data_paths`) and the embedded Ray's stop
+(`_stop_ray`).
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ def main(name: str, argv: list[str]) -> int:
         build_space(spec.search, arm_config(spec, arm))
         for cfg in (arm_config(spec, arm), *final_jobs(spec, arm, {"params": {}}).values()):
             _recipe(cfg)
+    notes = _data_paths(spec)  # a missing data.path: one line, exit 2, as in a grid study
     if spec.dry_run:
         print(describe(spec))
+        for note in notes:
+            print(f"note: {note}")
         return 0
     store = Store(spec.results_dir, spec.name)
     made = store.new_folders()  # taken away again if this first run is refused
@@ -130,30 +134,41 @@ def _one_config_per_arm(spec: SearchSpec, store) -> None:
     gives the arm another value of any fixed axis than its stored search trials record (data
     set, data parameter, backbone, epochs, a free-form axis, ...: the whole resolved config a
     search trial records, `ablate.config.axes`, but the searched parameters, the seeds and what
-    is no part of a trial's identity, `ablate.config.trial_id`) is refused in one line before
-    Ray starts, naming the arm, the axis and both values, rather than continue the arm's study
-    with trials of another configuration. Nothing stored is touched."""
-    if not store.trial_files():
-        return
-    df = store.read()
-    if df.empty or "search_arm" not in df or "role" not in df:
-        return
+    is no part of a trial's identity, `ablate.config.trial_id`), or another ``cv_folds`` or
+    ``objective`` than its search ran with (`tuning.stored_settings`: objective values of
+    another protocol cannot be compared in one Optuna study), is refused in one line before
+    Ray starts, naming the arm, the axis or setting and both values, rather than continue the
+    arm's study with trials of another configuration. Nothing stored is touched."""
+    from ablate.runner.search.tuning import OBJECTIVE_SETTINGS, stored_settings
+
+    df = stored_rows(store)
+    searched_rows = not df.empty and "search_arm" in df and "role" in df
     for arm in spec.arms:
-        rows = df[(df.search_arm == arm) & (df.role == "search")]
-        if rows.empty:
-            continue
-        searched = list(build_space(spec.search, arm_config(spec, arm)))
-        given = {*spec.fixed, *spec.arms[arm]}  # named first: the axes a user sets
-        for _, trial in rows.groupby("optuna_trial", sort=True):
-            params = {p: _plain(trial[p].iloc[0]) for p in searched if p in trial}
-            differs = _first_difference(arm_config(spec, arm, **params), trial,
-                                        set(searched), given)
-            if differs:
-                axis, held, want = differs
-                raise ConfigError(
-                    f"arm {arm}: {store.dir} holds its search on {axis} {held}, this run asks "
-                    f"for {want}; give another results_dir= (an arm's Optuna study searches one "
-                    "configuration: every axis but the searched parameters and the seeds)")
+        rows = df[(df.search_arm == arm) & (df.role == "search")] if searched_rows else None
+        if rows is not None and not rows.empty:
+            searched = list(build_space(spec.search, arm_config(spec, arm)))
+            given = {*spec.fixed, *spec.arms[arm]}  # named first: the axes a user sets
+            for _, trial in rows.groupby("optuna_trial", sort=True):
+                params = {p: _plain(trial[p].iloc[0]) for p in searched if p in trial}
+                differs = _first_difference(arm_config(spec, arm, **params), trial,
+                                            set(searched), given)
+                if differs:
+                    raise _another_search(arm, store, *differs, "an arm's Optuna study "
+                                          "searches one configuration: every axis but the "
+                                          "searched parameters and the seeds")
+        held = stored_settings(spec, arm, rows)
+        for key in OBJECTIVE_SETTINGS:
+            if key in held and held[key] != getattr(spec, key):
+                raise _another_search(arm, store, key, held[key], getattr(spec, key),
+                                      "an arm's Optuna study compares objective values of one "
+                                      "cv_folds and objective")
+
+
+def _another_search(arm: str, store, axis: str, held, want, why: str) -> ConfigError:
+    """The one-line refusal of a rerun that would continue `arm`'s search with another
+    `axis` (or setting) value than its stored one."""
+    return ConfigError(f"arm {arm}: {store.dir} holds its search on {axis} {held}, this run "
+                       f"asks for {want}; give another results_dir= ({why})")
 
 
 _UNSET = "(unset)"
@@ -207,6 +222,20 @@ def _plain(v):
     if v is None or (not isinstance(v, str | bytes | list | tuple | dict) and pd.isna(v)):
         return None
     return v.item() if hasattr(v, "item") else v
+
+
+def _data_paths(spec: SearchSpec) -> list[str]:
+    """The data folders of every arm's search and final configs checked by the grid studies'
+    rule (`ablate.runner.plan.datasets.check_recipe_paths`: a ``data.path`` that does not
+    exist, a half-filled or unwritable data folder, a pyg class that does not import) before
+    anything is written or Ray starts; a dry run also asks the servers of the downloads a run
+    would make, and gets a note per download."""
+    from ablate.runner.plan.datasets import check_recipe_paths
+    from ablate.runner.study.expand import make_trial
+
+    trials = [make_trial("graph", cfg) for arm in spec.arms
+              for cfg in (arm_config(spec, arm), *final_jobs(spec, arm, {"params": {}}).values())]
+    return check_recipe_paths(trials, probe=spec.dry_run)
 
 
 def _recipe(cfg) -> None:

@@ -144,6 +144,21 @@ def search_failures(df, arm: str) -> dict[int, str]:
     return {int(n): str(g.error.iloc[0]) for n, g in bad.groupby("optuna_trial")}
 
 
+def retries_line(df, arm: str) -> str:
+    """How many search trials of `arm` were run again after a failed attempt (Tune's retries,
+    `max_failures`: the stored rows' ``attempt`` > 1) and how many of them passed, in one line;
+    '' when none was. Every failed attempt has its line in failures.jsonl, as a grid trial's."""
+    if df.empty or "role" not in df or "attempt" not in df:
+        return ""
+    rows = df[(df.role == "search") & (df.search_arm == arm)]
+    retried = rows[rows.attempt.fillna(1) > 1].groupby("optuna_trial")
+    if not len(retried):
+        return ""
+    passed = sum(bool((g.status == "ok").all()) for _, g in retried)
+    return (f"{arm}: {len(retried)} search trial(s) run again after a failed attempt, {passed} "
+            f"passed on a retry (the rows' attempt column; each failure in failures.jsonl)")
+
+
 def failures_line(arm: str, failures: dict[int, str]) -> str:
     """How many search trials of `arm` failed and why, in one line: each distinct error once,
     with its count, the most frequent first."""
@@ -155,7 +170,8 @@ def failures_line(arm: str, failures: dict[int, str]) -> str:
 
 def summary(spec: SearchSpec, store) -> str:
     """Per arm: tuned vs reference (and baselines), search val mean +- std, final val/test;
-    the arm's failed search trials in one line (`failures_line`)."""
+    the arm's failed search trials in one line (`failures_line`), and those run again after a
+    failed attempt (`retries_line`)."""
     import pandas as pd
 
     df = stored_rows(store)
@@ -163,10 +179,13 @@ def summary(spec: SearchSpec, store) -> str:
     for arm in spec.arms:
         best = best_trial(store, arm)
         failures = search_failures(df, arm)
+        retries = retries_line(df, arm)
         if best is None:
             lines.append(f"{arm}: no finished unpruned trial yet")
             if failures:
                 lines.append(failures_line(arm, failures))
+            if retries:
+                lines.append(retries)
             continue
         roles = ["tuned", "reference", *spec.baselines]
         fin = df[(df.search_arm == arm) & df.role.isin(roles) & (df.status == "ok")]
@@ -181,6 +200,8 @@ def summary(spec: SearchSpec, store) -> str:
                      + (f", final recipe {spec.final_data}" if spec.final_data else ""))
         if failures:
             lines.append(failures_line(arm, failures))
+        if retries:
+            lines.append(retries)
         rows = []
         for role in roles:
             part = fin[fin.role == role]

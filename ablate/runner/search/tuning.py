@@ -67,6 +67,70 @@ def db_path(spec: SearchSpec, arm: str) -> Path:
     return Path(spec.results_dir) / spec.name / arm / "optuna.db"
 
 
+# Study settings that make an arm's objective values comparable: an arm's Optuna study holds
+# values of one of each (`settings_path`), `entry._one_config_per_arm` refuses another
+OBJECTIVE_SETTINGS = ("cv_folds", "objective")
+SETTINGS_FILE = "settings.json"
+
+
+def settings_path(spec: SearchSpec, arm: str) -> Path:
+    """The record of the settings the arm's Optuna study searches with (`OBJECTIVE_SETTINGS`),
+    beside its SQLite file: written by the arm's first search (`write_settings`)."""
+    return db_path(spec, arm).with_name(SETTINGS_FILE)
+
+
+def write_settings(spec: SearchSpec, arm: str) -> None:
+    """Record the arm's `OBJECTIVE_SETTINGS` (atomically) unless they are recorded: a store
+    written before the record gets it from its first run since (which the rerun check let
+    through: the same settings as its rows show)."""
+    from ablate.atomic import atomic_write
+
+    path = settings_path(spec, arm)
+    if not path.exists():
+        data = json.dumps({k: getattr(spec, k) for k in OBJECTIVE_SETTINGS}, sort_keys=True)
+        atomic_write(path, lambda f: f.write(data.encode() + b"\n"))
+
+
+def stored_settings(spec: SearchSpec, arm: str, rows) -> dict:
+    """The `OBJECTIVE_SETTINGS` the arm's stored search ran with: its record
+    (`settings_path`); for a store written before the record, what its search rows (`rows`,
+    the arm's, from `Store.read`) show: ``cv_folds`` from the members' ``fold`` (-1: none),
+    ``objective`` from an ok trial whose stored objective is the mean of its members'
+    accuracies or that less their spread (`trainable.objective`; trials whose folds or seeds
+    all scored alike cannot tell, and a store with none that can leaves it out)."""
+    path = settings_path(spec, arm)
+    if path.exists():
+        held = json.loads(path.read_text())
+        return {k: held[k] for k in OBJECTIVE_SETTINGS if k in held}
+    if rows is None or rows.empty:
+        return {}
+    held = {}
+    if "fold" in rows:
+        folds = {int(f) for f in rows["fold"].dropna()}
+        held["cv_folds"] = 0 if folds <= {-1} else max(folds) + 1
+    kind = _objective_kind(rows, held.get("cv_folds", 0))
+    if kind:
+        held["objective"] = kind
+    return held
+
+
+def _objective_kind(rows, cv_folds: int) -> str | None:
+    """Which objective the stored search `rows` were scored by ('mean' or 'mean_minus_std'),
+    or None when no ok trial tells."""
+    if not {"objective", "accuracy", "status", "optuna_trial"} <= set(rows.columns):
+        return None
+    for _, trial in rows[rows.status == "ok"].groupby("optuna_trial", sort=True):
+        value = float(trial["objective"].iloc[0])
+        groups = (trial.groupby("fold")["accuracy"].mean() if cv_folds else trial["accuracy"])
+        mean, spread = float(groups.mean()), float(groups.std(ddof=0))
+        if math.isnan(value) or math.isnan(mean) or spread < 1e-9:
+            continue
+        for kind, score in (("mean", mean), ("mean_minus_std", mean - spread)):
+            if abs(value - score) < 1e-9:
+                return kind
+    return None
+
+
 def create_db(db: Path, arm: str) -> None:
     """Create the Optuna SQLite file with `ablate.atomic.atomic_file` (built under a temp name,
     then renamed into place).
@@ -114,7 +178,12 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
                  n_new: int = 0) -> tune.Callback:
     """A Tune callback that writes each finished search trial to the Parquet store (one row
     per member), lists the Optuna numbers it wrote in ``.written`` and says one line per
-    trial (`say`): its number, how it ended, its objective, and the arm's count so far."""
+    trial (`say`): its number, how it ended, its objective, and the arm's count so far.
+
+    A failed attempt that Tune retries (`max_failures`, `run_search`) is recorded as a grid
+    trial's is: its rows are written with status ``error``, its error in one line and its
+    ``attempt`` number, and a line goes to ``failures.jsonl``; the next attempt's rows replace
+    them (``attempt`` says which try it was). ``.retries`` counts the retries."""
     from ray import tune
 
     from ablate.config import axes
@@ -125,7 +194,8 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
         def __init__(self):
             self.last: dict[str, dict] = {}
             self.written: list[int] = []
-            self.pruned = self.failed = 0
+            self.attempts: dict[str, int] = {}  # Tune trial id -> its attempts recorded so far
+            self.pruned = self.failed = self.retries = 0
 
         def on_trial_result(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
                             result: dict, **info: Any) -> None:
@@ -135,6 +205,13 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
                               **info: Any) -> None:
             self.write(trial, "ok", "")
 
+        def on_trial_recover(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
+                             **info: Any) -> None:
+            from ablate.runner.execute.tune_callback import trial_error
+
+            # an attempt failed and Tune runs the trial again: recorded, then retried
+            self.write(trial, "error", trial_error(trial), final=False)
+
         def on_trial_error(self, iteration: int, trials: list[TuneTrial], trial: TuneTrial,
                            **info: Any) -> None:
             from ablate.runner.execute.tune_callback import trial_error
@@ -142,8 +219,11 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
             # its own exception in one line, as a grid trial's failed rows hold theirs
             self.write(trial, "error", trial_error(trial))
 
-        def write(self, trial: TuneTrial, status: str, error: str) -> None:
-            res = self.last.get(trial.trial_id, {})
+        def write(self, trial: TuneTrial, status: str, error: str, final: bool = True) -> None:
+            res = self.last.pop(trial.trial_id, {}) if not final else \
+                self.last.get(trial.trial_id, {})
+            attempt = self.attempts.get(trial.trial_id, 0) + 1
+            self.attempts[trial.trial_id] = attempt
             number = int(trial.config.get("optuna_trial", -1))
             params = {k: trial.config[k] for k in PARAMS if k in trial.config}
             cfg = arm_config(spec, arm, **params)
@@ -155,13 +235,24 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
                       "objective": float(res.get(METRIC, math.nan))}
             rows = [{**common, "seed": s, "fold": f, "split": "val", "accuracy": float(a),
                      "status": status, "error": error} for (f, s), a in zip(who, accs)]
-            store.write(f"{arm}-trial{number:05d}", rows)
+            tid = f"{arm}-trial{number:05d}"
+            store.write(tid, rows, extra={"attempt": attempt})
+            if status != "ok":
+                store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
+                                   "error": error, "node": ""})
+            m, s = divmod(int(time.time() - t0), 60)
+            if not final:
+                self.retries += 1
+                say(f"[{spec.name}] {arm}: search trial #{number} failed (attempt {attempt} of "
+                    f"{int(spec.max_failures) + 1}), run again: {error} | {m}:{s:02d} elapsed")
+                return
             self.written.append(number)
             self.pruned += common["pruned"]
             self.failed += status != "ok"
             how = ("failed" if status != "ok" else f"pruned by ASHA at epoch {epoch}"
                    if common["pruned"] else f"finished {epoch} epochs")
-            m, s = divmod(int(time.time() - t0), 60)
+            if attempt > 1:
+                how += f" (attempt {attempt})"
             say(f"[{spec.name}] {arm}: search trial #{number} {how}, val objective "
                 f"{common['objective']:.3f}; {len(self.written)}/{n_new or '?'} done "
                 f"({self.pruned} pruned, {self.failed} failed) | {m}:{s:02d} elapsed")
@@ -191,13 +282,17 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
     from ray.tune.search.optuna import OptunaSearch
 
     from ablate.runner.execute.ray_env import tune_storage
-    from ablate.runner.execute.tune_callback import worker_deaths_as_trial_failures
+    from ablate.runner.execute.tune_callback import (
+        retry_only_what_may_pass,
+        worker_deaths_as_trial_failures,
+    )
     from ablate.runner.search.trainable import search_trainable
     from ablate.user_code import import_paths
 
     cfg = arm_config(spec, arm)
     space = build_space(spec.search, cfg)
     storage, study = open_study(spec, arm)
+    write_settings(spec, arm)  # what its objective values are of (the rerun check reads it)
     n_new = trials_to_run(spec, study)
     if n_new <= 0:
         say(f"[{spec.name}] {arm}: no search trial to run (max_trials={spec.max_trials} reached)")
@@ -218,6 +313,7 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
     fn = tune.with_resources(tune.with_parameters(search_trainable, base=base, pieces=pieces),
                              resources)
     worker_deaths_as_trial_failures()  # a memory kill reaches Tune as the worker's death
+    retry_only_what_may_pass()  # Tune retries (max_failures) only what a retry may fix
     with tune_storage("search") as tmp, handlers_kept_through_tune():
         tune.Tuner(
             fn,
@@ -226,6 +322,8 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
                                         scheduler=scheduler, reuse_actors=True),
             run_config=tune.RunConfig(name=f"{spec.name}-{arm}", storage_path=tmp, verbose=0,
                                       callbacks=[writer],
+                                      failure_config=tune.FailureConfig(
+                                          max_failures=int(spec.max_failures)),
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False)),
         ).fit()
     return len(writer.written)

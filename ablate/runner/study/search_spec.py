@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.errors import ConfigError, did_you_mean
-from ablate.runner.study.compose import locate_study, parse_overrides, seed_list, study_file
+from ablate.runner.study.compose import (
+    STUDY_KEYS,
+    locate_study,
+    parse_overrides,
+    seed_list,
+    study_file,
+)
 from ablate.runner.study.expand import make_config, resolve_config
 from ablate.runner.study.kinds import NOT_AXES, config_fields
 
@@ -33,6 +39,7 @@ SEED_KEYS = ("seeds", "final_seeds")
 SETTINGS: dict[str, Any] = {
     "n_trials": 0, "max_trials": 0, "sampler_seed": 0, "grace_period": 1,
     "reduction_factor": 2, "max_concurrent": 1, "cv_folds": 0, "cpus_per_trial": float,
+    "max_failures": 0,
     "objective": OBJECTIVES, "results_dir": str, "ray_address": str, "dry_run": bool,
 }
 
@@ -61,6 +68,9 @@ class SearchSpec:
     reduction_factor: int = 2  # ASHA: keep 1 / reduction_factor per rung
     max_concurrent: int = 2  # Tune trials at once
     cpus_per_trial: float = 1
+    # retries of a search trial that raises, returns NaN or loses its worker, when a retry may
+    # fix its error (`ablate.errors.retryable`): the grid studies' setting and default
+    max_failures: int = STUDY_KEYS["max_failures"][0]
     results_dir: str = "results"
     ray_address: str | None = None
     dry_run: bool = False
