@@ -751,6 +751,22 @@ class _RayWouldStart(Exception):
     """Raised in place of starting Ray: the run got past its checks."""
 
 
+def _store_files(root: Path) -> dict:
+    """Every file of a results folder but the lock a run takes (the store's bookkeeping)."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
+def _assert_refused(main, argv: list[str], arm: str, words: str, capsys, root: Path) -> None:
+    """The run is refused in one line naming the arm and what its store holds, and writes
+    nothing: no study file kept, no record, no row."""
+    before = _store_files(root)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: arm {arm}: ") and "\n" not in err, err
+    assert f"holds its search on {words}; give another results_dir=" in err, err
+    assert _store_files(root) == before
+
+
 @pytest.mark.parametrize("change, words", [
     ("backbone=gin", "backbone chebygin_ref, this run asks for gin"),
     ("data.n_train=41", "data.n_train 40, this run asks for 41"),
@@ -781,17 +797,7 @@ def test_a_rerun_with_another_fixed_axis_is_refused_before_ray(change, words, tm
     store = Store(tmp_path, "threshold_search")
     for n, t in enumerate((0.01, 0.002)):  # two trials: the searched value is not compared
         store.write(f"{arm}-trial{n:05d}", [_stored_search_trial(spec, arm, n, threshold=t)])
-    def stored() -> dict:  # every file but the lock a run takes (the store's bookkeeping)
-        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
-                and p.name != ".lock"}
-
-    files = stored()
-
-    assert main([*argv, change]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: arm {arm}: ") and "\n" not in err, err
-    assert f"holds its search on {words}; give another results_dir=" in err, err
-    assert stored() == files  # no study file kept, no row written
+    _assert_refused(main, [*argv, change], arm, words, capsys, tmp_path)
 
     for same in ([], ["seeds=[3,4,5]", "search.threshold.low=1e-5", "device=cpu"]):
         with pytest.raises(_RayWouldStart):  # past the check, as far as starting Ray
@@ -856,16 +862,7 @@ def test_a_rerun_with_another_cv_folds_or_objective_is_refused_before_ray(
         write_settings(spec, arm)
         assert settings_path(spec, arm).exists()
 
-    def files() -> dict:  # every file but the lock a run takes (the store's bookkeeping)
-        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
-                and p.name != ".lock"}
-
-    before = files()
-    assert main([*argv, change]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: arm {arm}: ") and "\n" not in err, err
-    assert f"holds its search on {words}; give another results_dir=" in err, err
-    assert files() == before  # no record, study file or row written
+    _assert_refused(main, [*argv, change], arm, words, capsys, tmp_path)
     with pytest.raises(_RayWouldStart):  # the settings it ran with: past the check
         main([*argv, *held])
 
