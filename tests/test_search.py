@@ -251,7 +251,6 @@ def test_a_final_task_ended_by_any_ray_error_is_stored_failed_and_the_others_kep
     import ray
 
     import ablate.data
-    import ablate.runner.execute.ray_env
     from ablate.run import main
     from ablate.runner.execute.store import Store
     from ablate.runner.execute.tune_callback import error_line
@@ -751,6 +750,16 @@ class _RayWouldStart(Exception):
     """Raised in place of starting Ray: the run got past its checks."""
 
 
+def _stop_before_ray(monkeypatch) -> None:
+    """Starting Ray raises `_RayWouldStart`: a run that gets past its checks stops there."""
+    import ablate.runner.execute.ray_env
+
+    def no_ray(address):
+        raise _RayWouldStart
+
+    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+
+
 def _store_files(root: Path) -> dict:
     """Every file of a results folder but the lock a run takes (the store's bookkeeping)."""
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".lock"}
@@ -782,15 +791,11 @@ def test_a_rerun_with_another_fixed_axis_is_refused_before_ray(change, words, tm
     the axis and both values; nothing stored is touched (before: the study went on, mixing
     trials of two configurations). Other seeds, another search range or device are the same
     search and go on."""
-    import ablate.runner.execute.ray_env
     from ablate.run import main
     from ablate.runner.execute.store import Store
     from ablate.runner.study.search_spec import load_search_spec
 
-    def no_ray(address):
-        raise _RayWouldStart
-
-    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    _stop_before_ray(monkeypatch)
     arm = "colors_chebygin_unsup"
     argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
     spec = load_search_spec("threshold_search", argv)
@@ -835,15 +840,11 @@ def test_a_rerun_with_another_cv_folds_or_objective_is_refused_before_ray(
     go on."""
     import numpy as np
 
-    import ablate.runner.execute.ray_env
     from ablate.run import main
     from ablate.runner.execute.store import Store
     from ablate.runner.study.search_spec import load_search_spec
 
-    def no_ray(address):
-        raise _RayWouldStart
-
-    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    _stop_before_ray(monkeypatch)
     arm = "colors_chebygin_unsup"
     argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
     held = {"one seed": [], "5 folds": ["cv_folds=5"], "mean - std": ["objective=mean_minus_std"],
@@ -870,15 +871,11 @@ def test_a_rerun_with_another_cv_folds_or_objective_is_refused_before_ray(
 def test_a_store_whose_rows_cannot_tell_its_objective_is_not_refused(tmp_path, monkeypatch):
     """A store written before the record whose trials cannot tell the objective they were
     scored by (every member alike: mean and mean - std agree) goes on under either."""
-    import ablate.runner.execute.ray_env
     from ablate.run import main
     from ablate.runner.execute.store import Store
     from ablate.runner.study.search_spec import load_search_spec
 
-    def no_ray(address):
-        raise _RayWouldStart
-
-    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    _stop_before_ray(monkeypatch)
     arm = "colors_chebygin_unsup"
     argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
     spec = load_search_spec("threshold_search", argv)
@@ -896,13 +893,9 @@ def test_a_missing_data_path_is_refused_in_one_line_as_in_a_grid_study(dry_run, 
     (`ablate.runner.plan.datasets.check_recipe_paths`), in the same line, exit 2: by its dry
     run (before: the arms were listed, exit 0) and by its run before anything is written or
     Ray starts."""
-    import ablate.runner.execute.ray_env
     from ablate.run import main
 
-    def no_ray(address):
-        raise _RayWouldStart
-
-    monkeypatch.setattr(ablate.runner.execute.ray_env, "start_ray", no_ray)
+    _stop_before_ray(monkeypatch)
     missing, results = tmp_path / "no_such_folder", tmp_path / "results"
     assert main(["study=tu", f"data.path={missing}", "dry_run=true", "estimate=off"]) == 2
     grid = capsys.readouterr().err.strip()
