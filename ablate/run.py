@@ -200,7 +200,29 @@ def _adaptive_line(study) -> str:
             f"comparisons, equivalence ±{ad.equivalence:g}, {ad.metric}): round 1 trains seeds "
             f"0-{ad.start - 1} of every row ({len(first)} trials); then {ad.step} more per round "
             f"for the rows of open comparisons only, up to {ad.max} seeds a row: the counts "
-            "above are the most it can cost")
+            "above are the most it can cost" + _decidable_line(study))
+
+
+def _decidable_line(study) -> str:
+    """For the exact default: the smallest difference it can decide within `max` seeds, so a
+    user sees before running whether the effects they expect can be decided at all."""
+    ad = study.spec.adaptive
+    if ad.sequence != "betting":
+        return ""
+    from ablate.runner.plan.adaptive import plan_rows, sequence_alpha
+    from analysis.betting import smallest_decidable
+
+    n = len(plan_rows(study.trials).comparisons)
+    a = sequence_alpha(ad, n)
+    delta = smallest_decidable(ad.max, a)
+    if delta > 1:
+        return (f"\nwithin {ad.max} seeds the betting sequence can decide no difference at "
+                f"alpha {a:.2g} per comparison ({n} comparisons): raise max")
+    return (f"\nwithin {ad.max} seeds it can call a difference nonzero only from about "
+            f"{100 * delta:.0f} points on (at alpha {a:.2g} per comparison, {n} comparisons, "
+            f"even if every seed differs by as much; no exact test from less than "
+            f"{100 * smallest_decidable(ad.max, a, 1.0):.0f}); smaller effects end open: "
+            "docs/performance.md (adaptive seeds)")
 
 
 def _short(seconds: float | None) -> str:

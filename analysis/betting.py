@@ -141,3 +141,16 @@ def seed_floor(delta: float, alpha: float) -> int:
     if not 0.0 < delta <= 1.0:
         raise ValueError(f"delta must be in (0, 1], got {delta!r}")
     return math.ceil(math.log(2.0 / alpha) / math.log1p(delta) - 1e-12)
+
+
+def smallest_decidable(seeds: int, alpha: float, c: float = BET_C) -> float:
+    """The smallest difference delta that these bets can call nonzero within `seeds` seeds
+    even when every paired difference equals it: at m = 1/2 a bet wins at most 1 + c delta a
+    seed, so K+ reaches 2 / alpha only when seeds >= ln(2 / alpha) / ln(1 + c delta), i.e.
+    delta >= (exp(ln(2 / alpha) / seeds) - 1) / c (may exceed 1: then nothing is decidable).
+    With c = 1 this is the floor of any level-alpha test of a bounded mean (`seed_floor`)."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds!r}")
+    alpha = check_alpha(alpha)
+    return math.expm1(math.log(2.0 / alpha) / seeds) / float(c)
+

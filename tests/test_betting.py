@@ -71,6 +71,39 @@ def test_a_constant_difference_is_decided_when_the_truncated_capital_reaches_2_o
     assert codes[first - 1] == 1 and betting.seed_floor(0.9, alpha) == 10
 
 
+@pytest.mark.parametrize("seeds, alpha", [(40, ALPHA / 13), (40, ALPHA), (12, ALPHA)])
+def test_the_smallest_decidable_difference_is_where_decisions_start(seeds, alpha):
+    """`smallest_decidable(n, alpha)`: a constant difference just above it is decided within
+    n seeds, one just below it is not (the bets sit at their truncation here); with c = 1 it
+    is the floor of any test (`seed_floor` inverted)."""
+    delta = betting.smallest_decidable(seeds, alpha)
+    assert 0 < delta < 1
+    at = np.arange(1, seeds + 1)
+    above = betting.decision_codes(np.full((1, seeds), delta * 1.01), at, alpha, 0.01)[0]
+    below = betting.decision_codes(np.full((1, seeds), delta * 0.99), at, alpha, 0.01)[0]
+    assert above[-1] == 1 and not below.any(), (above, below)
+    floor = betting.smallest_decidable(seeds, alpha, 1.0)
+    assert betting.seed_floor(floor * 1.001, alpha) <= seeds < betting.seed_floor(floor * 0.999,
+                                                                                  alpha)
+
+
+def test_the_dry_run_of_an_adaptive_study_says_what_the_default_can_decide(tmp_path, capsys):
+    """The dry run states, before anything runs, the smallest difference the betting default
+    can decide within its max seeds (study=supervision: 13 comparisons, 40 seeds: about 23
+    points; no exact test from less than 17)."""
+    from ablate.run import main
+
+    assert main(["study=supervision", "seeds={adaptive:{}}", "dry_run=true", "estimate=off",
+                 f"results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert ("within 40 seeds it can call a difference nonzero only from about 23 points on "
+            "(at alpha 0.0038 per comparison, 13 comparisons") in out, out[-600:]
+    assert "no exact test from less than 17)" in out
+    assert main(["study=supervision", "seeds={adaptive:{sequence: asymptotic}}", "dry_run=true",
+                 "estimate=off", f"results_dir={tmp_path}"]) == 0
+    assert "can call a difference nonzero" not in capsys.readouterr().out
+
+
 def test_zero_spread_gives_the_closed_form_interval_and_never_equivalent():
     """30 differences of exactly 0: x = 1/2, the bets stay above the truncation, so the lower
     end m solves (1 + 0.75 (1/2 - m) / m)^30 = 40: m = 0.375 / (0.75 + 40^(1/30) - 1), i.e.
