@@ -106,8 +106,8 @@ def overview(study: Study) -> Overview:
     missing: list[str] = []
     if study.planned is not None:
         absent = sorted(set(study.planned) - set(df["trial_id"].unique()))
-        counts["trials planned"] = len(study.planned)
-        counts["trials missing"] = len(absent)
+        counts["trials planned by the latest run"] = len(study.planned)
+        counts["of those, missing"] = len(absent)
         if absent:
             missing.append(f"{len(absent)} planned trial(s) have no result file yet: "
                            + ", ".join(absent[:8]) + (" …" if len(absent) > 8 else ""))
