@@ -38,15 +38,11 @@ def _data_params_varied(col: pd.Series) -> list[str]:
     JSON text per combination; a cross-validation fold, pooled like the seed, as its count."""
     import json
 
+    from analysis.variants import _params
+
     values: dict[str, set[str]] = {}
-    parsed_all = []
-    for text in col.dropna().astype(str).unique():
-        try:
-            parsed = json.loads(text) if text not in ("", "nan") else {}
-        except ValueError:
-            parsed = {}
-        parsed = parsed if isinstance(parsed, dict) else {}
-        parsed_all.append(parsed)
+    parsed_all = [_params(text) for text in col.dropna().astype(str).unique()]
+    for parsed in parsed_all:
         for k, v in parsed.items():
             values.setdefault(k, set()).add(json.dumps(v) if isinstance(v, list | dict) else str(v))
     out = []
