@@ -38,10 +38,10 @@ def _data_params_varied(col: pd.Series) -> list[str]:
     JSON text per combination; a cross-validation fold, pooled like the seed, as its count."""
     import json
 
-    from analysis.variants import _params
+    from analysis.variants import parse_data_params
 
     values: dict[str, set[str]] = {}
-    parsed_all = [_params(text) for text in col.dropna().astype(str).unique()]
+    parsed_all = [parse_data_params(text) for text in col.dropna().astype(str).unique()]
     for parsed in parsed_all:
         for k, v in parsed.items():
             values.setdefault(k, set()).add(json.dumps(v) if isinstance(v, list | dict) else str(v))

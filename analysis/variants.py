@@ -102,7 +102,7 @@ def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
     if "data_params" not in df.columns or df.empty:
         return df
     codes, uniques = pd.factorize(df["data_params"].astype(str))
-    parsed = [_params(text) for text in uniques]
+    parsed = [parse_data_params(text) for text in uniques]
     keys = sorted({k for p in parsed for k in p if k not in _DATA_LOCATION})
     df = df.copy()
     for key in keys:
@@ -116,7 +116,7 @@ def add_data_axes(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _params(text: str) -> dict:
+def parse_data_params(text: str) -> dict:
     """A record's `data_params` JSON as a dict ({} where empty or not a JSON object)."""
     try:
         value = json.loads(text) if text not in ("", "nan") else {}
@@ -133,7 +133,7 @@ def cv_folds(params: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(params.astype(str))
     fold, k = np.full(len(uniques), np.nan), np.full(len(uniques), np.nan)
     for i, text in enumerate(uniques):
-        p = _params(text)
+        p = parse_data_params(text)
         f, n = p.get("fold"), p.get("folds")
         if p.get("protocol") == "cv" and _integer(f) and _integer(n) and 0 <= f < n:
             fold[i], k[i] = f, n
