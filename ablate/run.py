@@ -205,14 +205,15 @@ def _adaptive_line(study) -> str:
 
 def _decidable_line(study) -> str:
     """For the exact default: the smallest difference it can decide within `max` seeds, so a
-    user sees before running whether the effects they expect can be decided at all."""
+    user sees before running whether the effects they expect can be decided at all; at the
+    alpha the run splits over its decisions (comparison x dataset x split, `initial_decisions`)."""
     ad = study.spec.adaptive
     if ad.sequence != "betting":
         return ""
-    from ablate.runner.plan.adaptive import plan_rows, sequence_alpha
+    from ablate.runner.plan.adaptive import initial_decisions, plan_rows, sequence_alpha
     from analysis.betting import smallest_decidable
 
-    n = len(plan_rows(study.trials).comparisons)
+    n = len(initial_decisions(ad, plan_rows(study.trials)))
     a = sequence_alpha(ad, n)
     delta = smallest_decidable(ad.max, a)
     if delta > 1:

@@ -104,6 +104,30 @@ def test_the_dry_run_of_an_adaptive_study_says_what_the_default_can_decide(tmp_p
     assert "can call a difference nonzero" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("adaptive, n, alpha, points, floor", [
+    # COLORS makes test_large and test_largec: 13 comparisons x 2 splits = 26 decisions, as
+    # the run splits alpha (adaptive.json's alpha_per_comparison): 0.05 / 26 = 0.0019;
+    # (exp(ln(1040) / 40) - 1) / 0.75 = 0.2529, with c = 1: 0.1897
+    ("{split: [test_large, test_largec]}", 26, "0.0019", 25, 19),
+    # metric=auc: the 3 comparisons with a global-pool row (no attention AUC) are left out and
+    # not counted in the split: 0.05 / 10 = 0.005; (exp(ln(400) / 40) - 1) / 0.75 = 0.2154
+    ("{metric: auc}", 10, "0.005", 22, 16),
+])
+def test_the_dry_runs_decidable_difference_is_at_the_alpha_the_run_uses(
+        adaptive, n, alpha, points, floor, tmp_path, capsys):
+    """The dry run's smallest decidable difference is at the per-comparison alpha the run
+    splits: over every decision (comparison x dataset x split, those left out not counted),
+    not over the study's one-axis comparisons (13 in study=supervision)."""
+    from ablate.run import main
+
+    assert main(["study=supervision", f"seeds={{adaptive:{adaptive}}}", "dry_run=true",
+                 "estimate=off", f"results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert (f"within 40 seeds it can call a difference nonzero only from about {points} points "
+            f"on (at alpha {alpha} per comparison, {n} comparisons") in out, out[-600:]
+    assert f"no exact test from less than {floor})" in out
+
+
 def test_zero_spread_gives_the_closed_form_interval_and_never_equivalent():
     """30 differences of exactly 0: x = 1/2, the bets stay above the truncation, so the lower
     end m solves (1 + 0.75 (1/2 - m) / m)^30 = 40: m = 0.375 / (0.75 + 40^(1/30) - 1), i.e.
