@@ -183,6 +183,16 @@ def test_every_module_says_what_it_holds():
             assert ast.get_docstring(tree), f"{module}: no docstring saying what it holds"
 
 
+MAX_MODULE_LINES = 450  # a module past this is split by what it holds
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = [f"{module}: {n} lines" for package in ("ablate", "analysis", "result_store")
+            for module, path in _modules(package).items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)
+
+
 def test_the_public_entry_points_keep_their_names():
     import ablate.data
     import ablate.train

@@ -96,8 +96,7 @@ def source(name: str) -> Source:
     """Where dataset `name`'s raw files come from: a built-in's, or the TU site's NAME.zip for
     `tu:NAME` (`ablate.data.tu_named`)."""
     if name.startswith("tu:"):
-        label = name[3:]
-        return Source(label, "ABLATE_TU_URL", _TU_URL, (f"{label}.zip",))
+        return Source(name[3:], "ABLATE_TU_URL", _TU_URL, (f"{name[3:]}.zip",))
     return SOURCES[name]
 
 
@@ -165,11 +164,10 @@ def check_files(name: str, path: str | None = None, url: str | None = None,
                 probe: bool = True) -> str | None:
     """What a run would do for dataset `name`, checked without downloading (dry runs): None when
     the files are there, else a note naming the download (what, how many MB, from where, into
-    which folder); refusals as in `ensure_files`. A server that cannot be reached from here
-    (offline) is said in the note, so that a dry run plans a study before any data is there;
-    a mirror named by `url` (data.url=) that does not answer is refused the way a failed
-    download is. `probe` False: the folder alone is checked, the server not asked (a run that
-    downloads next)."""
+    which folder); refusals as in `ensure_files`. A server not reachable from here (offline) is
+    said in the note, so that a dry run plans a study before any data is there; a mirror named
+    by `url` (data.url=) that does not answer is refused as a failed download is. `probe`
+    False: the folder alone is checked, the server not asked (a run, which downloads next)."""
     src, folder, complete = _located(name, path)
     if complete:
         return None
@@ -405,9 +403,7 @@ def _probe(src: Source, folder: Path, url: str) -> None:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"),
-                                    timeout=PROBE_TIMEOUT_S):
-            pass
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=PROBE_TIMEOUT_S).close()
     except urllib.error.HTTPError as e:
         if e.code in (405, 501):  # the server exists but does not answer HEAD
             return
