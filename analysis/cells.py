@@ -5,10 +5,12 @@ one-axis comparison).
 paired comparison with the baseline over shared seeds (exact sign-flip test and the CI
 inverting it, Holm-adjusted over the study; only with at least `stats.MIN_PAIRED_SEEDS`
 shared seeds), and the paper's number. Where both rows' runs are folds of one k-fold
-cross-validation (`data.protocol: cv`) the unit is the fold instead: per fold the mean over
-its seeds, paired over the folds both rows have, by the corrected resampled t-test
-(`stats.paired_folds`; `test` names the test of each line). `primary` picks each row's first
-comparison and `significant` says whether a line clears `ALPHA`. Values are in percent.
+cross-validation (`data.protocol: cv`) the unit is the test fold instead: per fold of a
+partition (`data.split_seed`; `data.split_seed: seed` gives every seed its own) the mean
+over its seeds, paired over the test folds both rows have, by the corrected resampled
+t-test (`stats.paired_folds`; `test` names the test of each line). `primary` picks each
+row's first comparison and `significant` says whether a line clears `ALPHA`. Values are in
+percent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pandas as pd
 from analysis import stats
 from analysis.formatting import TEST_SPLITS
 from analysis.reference import AUC_COLUMN, AUC_SPLIT, POOLED_AUC, reference, train_nodes
-from analysis.variants import Comparison, cv_folds
+from analysis.variants import Comparison, cv_folds, cv_partitions
 
 ALPHA = 0.05  # significance level of the markers (Holm-adjusted p)
 
@@ -29,13 +31,16 @@ ALPHA = 0.05  # significance level of the markers (Holm-adjusted p)
 def observations(ok: pd.DataFrame) -> pd.DataFrame:
     """One value (percent) per (row, dataset, column, trial, seed): test accuracies and AUC,
     with the run's cross-validation fold and k (`cv_fold`, `cv_folds`; NaN where the run is
-    not a fold of a k-fold CV, `variants.cv_folds`)."""
-    keep = ["row", "variant", "dataset", "trial_id", "seed", "cv_fold", "cv_folds"]
+    not a fold of a k-fold CV, `variants.cv_folds`) and the partition its fold is of
+    (`cv_split`: the split seed, "" for the default, `variants.cv_partitions`)."""
+    keep = ["row", "variant", "dataset", "trial_id", "seed", "cv_fold", "cv_folds", "cv_split"]
     ok = ok[[c for c in [*keep, "split", "accuracy", "attn_auc_l0", POOLED_AUC, "data_params"]
              if c in ok.columns]]
-    fold, k = cv_folds(ok["data_params"]) if "data_params" in ok.columns \
-        else (np.full(len(ok), np.nan), np.full(len(ok), np.nan))
-    ok = ok.assign(cv_fold=fold, cv_folds=k)
+    if "data_params" in ok.columns:
+        (fold, k), split = cv_folds(ok["data_params"]), cv_partitions(ok["data_params"])
+    else:
+        fold, k, split = np.full(len(ok), np.nan), np.full(len(ok), np.nan), np.full(len(ok), "")
+    ok = ok.assign(cv_fold=fold, cv_folds=k, cv_split=split)
     acc = ok[ok["split"].isin(TEST_SPLITS)]
     parts = [acc[keep].assign(column=acc["split"].to_numpy(),
                               value=100 * acc["accuracy"].to_numpy(dtype=float))
@@ -77,8 +82,8 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
     line without a baseline when it has none); `primary` marks the line of the row's first
     comparison, the one the main table marks. Below MIN_PAIRED_SEEDS shared seeds (shared
     folds, under cross-validation) a comparison keeps its Δ but gets no p-value and no CI.
-    `folds`: the cell's cross-validation folds (0 where its runs are not all folds of one
-    k-fold CV)."""
+    `folds`: the cell's cross-validation test folds, (partition, fold) pairs: k for one
+    partition, r x k for r (0 where its runs are not all folds of one k-fold CV)."""
     obs = observations(ok)
     recs = []
     per_seed = obs.groupby(["row", "dataset", "column", "seed"], sort=False)["value"].mean()
@@ -142,28 +147,46 @@ def _train_nodes_of(ok: pd.DataFrame) -> dict[tuple[str, str], int | None]:
     return out
 
 
-def _folds_of(obs: pd.DataFrame) -> dict[tuple, tuple[pd.Series, int]]:
-    """(row, dataset, column) -> (mean over each fold's runs, indexed by fold; the CV's k), for
-    the cells whose every run is a fold of one k-fold cross-validation."""
-    out: dict[tuple, tuple[pd.Series, int]] = {}
-    if not np.isfinite(obs["cv_fold"].to_numpy(dtype=float)).any():
+def cv_cells(obs: pd.DataFrame) -> dict[tuple, int]:
+    """(row, dataset, column) -> the CV's k, for the cells of `observations` whose every run
+    is a fold of one k-fold cross-validation: their runs are (partition, fold, seed)
+    replicates, paired on all three (a partition is a `cv_split`)."""
+    out: dict[tuple, int] = {}
+    if "cv_fold" not in obs.columns or not np.isfinite(obs["cv_fold"].to_numpy(float)).any():
         return out  # no cross-validated run
     for key, g in obs.groupby(["row", "dataset", "column"], sort=False):
         k = g["cv_folds"].to_numpy(dtype=float)
-        if not (np.isfinite(k).all() and np.isfinite(g["cv_fold"].to_numpy(dtype=float)).all()
-                and np.unique(k).size == 1):
-            continue
-        per_fold = g.groupby("cv_fold", sort=True)["value"].mean()
-        per_fold.index = per_fold.index.astype(int)
-        out[key] = (per_fold, int(k[0]))
+        if np.isfinite(k).all() and np.isfinite(g["cv_fold"].to_numpy(dtype=float)).all() \
+                and np.unique(k).size == 1:
+            out[key] = int(k[0])
+    return out
+
+
+CV_UNIT = ["cv_split", "cv_fold"]  # a test fold: the fold of one partition (split seed)
+
+
+def _folds_of(obs: pd.DataFrame) -> dict[tuple, tuple[pd.Series, int]]:
+    """(row, dataset, column) -> (mean over each test fold's runs, indexed by (partition,
+    fold); the CV's k), for the cells whose every run is a fold of one k-fold
+    cross-validation (`cv_cells`). A fold number alone is no unit where the partitions
+    differ (`data.split_seed: seed`: every seed its own), so fold 3 of two partitions is two
+    units, each paired only with the baseline's same partition and fold."""
+    out: dict[tuple, tuple[pd.Series, int]] = {}
+    ks = cv_cells(obs)
+    if not ks:
+        return out
+    for key, g in obs.groupby(["row", "dataset", "column"], sort=False):
+        if key in ks:
+            g = g.assign(cv_fold=g["cv_fold"].to_numpy(dtype=float).astype(int))
+            out[key] = (g.groupby(CV_UNIT, sort=True)["value"].mean(), ks[key])
     return out
 
 
 def _compare(comp: Comparison | None, seeds_of: dict, folds_of: dict, key: tuple,
              n_boot: int) -> dict:
-    """The comparison columns of one cell line: paired over the folds both cells have where
-    both are folds of the same k-fold cross-validation (corrected resampled t), else over
-    the seeds both have (sign-flip)."""
+    """The comparison columns of one cell line: paired over the test folds (partition, fold)
+    both cells have where both are folds of the same k-fold cross-validation (corrected
+    resampled t), else over the seeds both have (sign-flip)."""
     rec = {"baseline": None, "axis": "", "base_value": "", "value": "", "test": "",
            "n_pairs": 0, "delta": math.nan, "delta_lo": math.nan, "delta_hi": math.nan,
            "p": math.nan}

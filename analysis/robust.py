@@ -9,8 +9,10 @@ reinforcement learning at the edge of the statistical precipice"; their `rliable
   several) is resampled on its own, so a resample keeps every stratum's number of runs.
 - `probability_of_improvement`: P(X > Y) over paired seeds, ties counted half: the share of
   shared seeds on which row X beats row Y. (`rliable` compares every run of X with every run
-  of Y, Mann-Whitney style; the rows here share their seeds, so pairs are by seed.)
-  `improvement_interval`: its percentile bootstrap interval over the seed pairs.
+  of Y, Mann-Whitney style; the rows here share their seeds, so pairs are by seed.) In a
+  k-fold cross-validated study every run is a (fold, seed) replicate, and two rows are
+  paired on the same fold (of the same partition, `data.split_seed`) and seed.
+  `improvement_interval`: its percentile bootstrap interval over the pairs.
 - `robust_cells` / `robust_table`: these numbers for every cell of a study's table and every
   one-axis comparison, the report's "Robust aggregates" table; `seed_values`: every run as
   a dot of the per-seed strip plot (`analysis.figure_seeds`), far seeds flagged.
@@ -138,15 +140,23 @@ def robust_cells(ok: pd.DataFrame, comparisons: dict, rows: list[str],
     """One line per (row, dataset, column) and one-axis comparison of the row (one line
     without a baseline when it has none): n runs, mean, IQM with its stratified bootstrap
     interval, and P(row > baseline) over the shared seeds (runs of one seed averaged) with its
-    interval. Percent; `comparisons` and `rows` as `cells.cell_stats` takes them."""
-    from analysis.cells import observations
+    interval; where both cells are folds of one k-fold CV (`cells.cv_cells`), over the shared
+    (partition, fold, seed) runs instead: a seed's folds are different test sets, not one
+    seed's repeats. Percent; `comparisons` and `rows` as `cells.cell_stats` takes them."""
+    from analysis.cells import CV_UNIT, cv_cells, observations
 
     obs = observations(ok)
-    per_seed = obs.groupby(["row", "dataset", "column", "seed"], sort=False)["value"].mean()
-    seeds_of = {k: g.droplevel([0, 1, 2]) for k, g in per_seed.groupby(
-        level=["row", "dataset", "column"], sort=False)}
+    cells = ["row", "dataset", "column"]
+    cv = cv_cells(obs)
+    per_seed = obs.groupby([*cells, "seed"], sort=False)["value"].mean()
+    seeds_of = {k: g.droplevel([0, 1, 2]) for k, g in per_seed.groupby(level=cells, sort=False)}
+    runs_of: dict[tuple, pd.Series] = {}  # the CV cells' runs by (partition, fold, seed)
+    if cv:  # (a run without a fold has a NaN key: left out, its cell is not in `cv`)
+        per_run = obs.groupby([*cells, *CV_UNIT, "seed"], sort=False)["value"].mean()
+        runs_of = {k: g.droplevel([0, 1, 2])
+                   for k, g in per_run.groupby(level=cells, sort=False)}
     recs = []
-    for (row, dset, col), g in obs.groupby(["row", "dataset", "column"], sort=False):
+    for (row, dset, col), g in obs.groupby(cells, sort=False):
         strata = _strata(g)
         lo, hi = iqm_interval(*strata, n_resamples=n_resamples)
         cell = {"row": row, "dataset": dset, "column": col, "n": len(g),
@@ -160,6 +170,9 @@ def robust_cells(ok: pd.DataFrame, comparisons: dict, rows: list[str],
                 rec.update(baseline=comp.baseline, axis=comp.axis)
             if base is not None:
                 a = seeds_of[(row, dset, col)]
+                k, bkey = cv.get((row, dset, col)), (comp.baseline, dset, col)
+                if k is not None and k == cv.get(bkey):  # both folds of one k-fold CV
+                    a, base = runs_of[(row, dset, col)], runs_of[bkey]
                 shared = a.index.intersection(base.index)
                 x, y = a.loc[shared].to_numpy(), base.loc[shared].to_numpy()
                 p_lo, p_hi = improvement_interval(x, y, n_resamples=n_resamples)
@@ -200,9 +213,11 @@ def robust_table(robust: pd.DataFrame, adaptive: bool = False) -> Table:
              "trial where a row pools several trials of ≥ 2 runs each, shown from "
              f"{MIN_RUNS} runs. P(row > vs): the share of the seeds both rows have on which "
              "the row beats its one-axis baseline, ties counted half (runs of one seed "
-             "averaged), with a percentile bootstrap 95% CI over the seed pairs from "
-             f"{MIN_RUNS} pairs; 0.5 = no tendency either way. The figure beside each bar "
-             "of an IQM shows every run as a dot (section figures)."]
+             "averaged; under k-fold cross-validation the (fold, seed) runs both rows have, "
+             "paired on the same fold of the same partition and seed), with a percentile "
+             f"bootstrap 95% CI over the pairs from {MIN_RUNS} pairs; 0.5 = no tendency "
+             "either way. The figure beside each bar of an IQM shows every run as a dot "
+             "(section figures)."]
     if adaptive:
         notes.append("Seeds were added adaptively here: these intervals are fixed-n and "
                      "descriptive; the decisions are the confidence sequence's.")

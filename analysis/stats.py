@@ -149,6 +149,11 @@ def corrected_t(d: object, folds: int, alpha: float = 0.05) -> tuple[float, floa
     CI mean(d) -+ t_{k-1, 1-alpha/2} sqrt(var): it excludes 0 exactly when p < alpha.
     NaN with fewer than two finite values; equal differences give p = 1 (all 0) or 0 and
     the point CI (their value, their value).
+
+    Repeated k-fold CV (r partitions, e.g. `data.split_seed: seed`): `d` holds all r x k
+    per-test-fold differences, and the same formula is the corrected repeated k-fold CV test
+    of Bouckaert & Frank (PAKDD 2004): variance (1/(r k) + n_test/n_train) s^2, r k - 1
+    degrees of freedom.
     """
     a = _clean(d)
     k = a.size
@@ -193,7 +198,8 @@ def paired(variant: object, baseline: object, alpha: float = 0.05, n_perm: int =
 
 def paired_folds(variant: object, baseline: object, folds: int, alpha: float = 0.05) -> Paired:
     """Compare two aligned arrays of a `folds`-fold cross-validation (one value per shared
-    fold: the mean over that fold's seeds; NaN pairs dropped) by `corrected_t`."""
+    test fold, a fold of one partition: the mean over its seeds; NaN pairs dropped) by
+    `corrected_t`."""
     v, b = np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)
     keep = np.isfinite(v) & np.isfinite(b)
     d = v[keep] - b[keep]

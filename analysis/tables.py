@@ -283,7 +283,10 @@ def stats_table(cells: pd.DataFrame) -> Table:
                      "Bengio (2003): variance (1/k + 1/(K − 1))·s² of the k per-fold "
                      "differences for K-fold CV, t with k − 1 degrees of freedom, p and the 95% "
                      "CI of Δ from it (the folds' training sets overlap: the plain paired t "
-                     f"over folds is too liberal); from {stats.MIN_PAIRED_SEEDS} folds on.")
+                     f"over folds is too liberal); from {stats.MIN_PAIRED_SEEDS} folds on. A "
+                     "fold is a fold of one partition: where each seed drew its own "
+                     "(data.split_seed: seed) every (seed, fold) is a unit, k = seeds × K "
+                     "(Bouckaert & Frank's corrected repeated k-fold CV test).")
     if adaptive:
         notes.append("This study added seeds adaptively, where its confidence sequence had not "
                      "decided yet: p, p Holm and the CI of Δ are fixed-n numbers on the seeds it "

@@ -140,6 +140,20 @@ def cv_folds(params: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return fold[codes], k[codes]
 
 
+def cv_partitions(params: pd.Series) -> np.ndarray:
+    """Per record (its `data_params`), which k-fold partition its fold is of: the
+    `split_seed` that shuffled the folds, as JSON text ("" where the record leaves it at the
+    dataset's default). Runs share a test fold only when they share its number and this:
+    `data.split_seed: seed` draws each seed its own partition (repeated k-fold CV), so fold
+    3 of seed 0 and fold 3 of seed 1 are different test sets (`analysis.cells`)."""
+    codes, uniques = pd.factorize(params.astype(str))
+    out = np.empty(len(uniques), dtype=object)
+    for i, text in enumerate(uniques):
+        v = parse_data_params(text).get("split_seed")
+        out[i] = "" if v is None else json.dumps(v)
+    return out[codes]
+
+
 def _integer(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 

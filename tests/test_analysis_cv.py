@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import stats
+from analysis import robust, stats
 from analysis.cells import cell_stats
 from analysis.report import write_report
 from analysis.synthetic import trial_record, write_trials
-from analysis.variants import Comparison, cv_folds
+from analysis.variants import Comparison, cv_folds, cv_partitions
 
 D = [1.0, 2.0, 3.0, 4.0, 5.0]  # per-fold differences row - baseline (points)
 X = [3.0, -2.0, 1.0, 4.0, -1.0]  # seed 0 is X higher than the fold's difference, seed 1 lower
@@ -43,20 +43,27 @@ def _accuracy(row: str, fold: int, seed: int) -> float:
     return base + D[fold] + (X[fold] if seed == 0 else -X[fold])
 
 
-def _params(fold: int | None, folds: int = K) -> str:
-    return "{}" if fold is None else json.dumps({"fold": fold, "folds": folds, "protocol": "cv"})
+def _params(fold: int | None, folds: int = K, split_seed: int | None = None) -> str:
+    if fold is None:
+        return "{}"
+    own = {} if split_seed is None else {"split_seed": split_seed}
+    return json.dumps({"fold": fold, "folds": folds, "protocol": "cv", **own})
 
 
-def _frame(folds: int = K, seeds: int = 2, cv: bool = True) -> pd.DataFrame:
-    """The frame `cell_stats` reads: 2 rows x `folds` folds x `seeds` seeds, test_orig."""
+def _frame(folds: int = K, seeds: int = 2, cv: bool = True,
+           split_per_seed: bool = False) -> pd.DataFrame:
+    """The frame `cell_stats` reads: 2 rows x `folds` folds x `seeds` seeds, test_orig;
+    `split_per_seed`: every seed its own partition (`data.split_seed: seed`)."""
     recs = []
     for row in (GLOBAL, UNSUP):
         for f in range(folds):
             for s in range(seeds):
                 recs.append({"row": row, "variant": row, "dataset": "tu:MUTAG",
-                             "trial_id": f"{row}-{f}", "seed": s if cv else 2 * f + s,
+                             "trial_id": f"{row}-{f}" + (f"-{s}" if split_per_seed else ""),
+                             "seed": s if cv else 2 * f + s,
                              "split": "test_orig", "accuracy": _accuracy(row, f, s) / 100,
-                             "data_params": _params(f if cv else None)})
+                             "data_params": _params(f if cv else None,
+                                                    split_seed=s if split_per_seed else None)})
     return pd.DataFrame(recs)
 
 
@@ -152,6 +159,85 @@ def test_without_cv_the_seed_is_the_unit_and_the_test_sign_flip():
     assert (x["p"], x["delta_lo"], x["delta_hi"]) == pytest.approx(stats.sign_flip(d))
 
 
+# the (fold, seed) differences row - baseline: seed 0 D + X, seed 1 D - X
+D_RUNS = [D[f] + (X[f] if s == 0 else -X[f]) for s in range(2) for f in range(K)]
+assert D_RUNS == [4.0, 0.0, 4.0, 8.0, 4.0, -2.0, 4.0, 2.0, 0.0, 6.0]
+
+
+def _robust_line(df: pd.DataFrame) -> pd.Series:
+    lines = robust.robust_cells(df, COMPS, [GLOBAL, UNSUP], n_resamples=2000)
+    return _line(lines)
+
+
+def test_probability_of_improvement_pairs_fold_and_seed():
+    """Under k-fold CV each run is a (fold, seed) replicate: P(row > baseline) pairs the two
+    rows on the same fold and seed, 10 pairs of which the row wins 7 and ties 2 (D_RUNS):
+    (7 + 2/2) / 10 = 0.8. Pairing by seed alone averaged each seed over its five folds (its
+    five test sets) and saw 2 pairs, both won (means 4 and 2): 1.0."""
+    x = _robust_line(_frame())
+    assert x["n_pairs"] == 2 * K
+    assert x["p_improve"] == pytest.approx(0.8)
+    assert x["p_improve_lo"] <= 0.8 <= x["p_improve_hi"]
+    # a fold the baseline lacks for one seed is left out of the pairs, not matched with
+    # another fold of that seed: the row's fold 4 seed 1 (won, 6 > 0) has no partner
+    df = _frame()
+    gone = (df["row"] == GLOBAL) & (df["trial_id"] == f"{GLOBAL}-4") & (df["seed"] == 1)
+    y = _robust_line(df[~gone])
+    assert y["n_pairs"] == 2 * K - 1 and y["p_improve"] == pytest.approx(7 / 9)
+
+
+def test_probability_of_improvement_without_cv_pairs_by_seed_as_before():
+    """The same numbers as 10 seeds of one trial each (no fold): 10 seed pairs, 0.8."""
+    x = _robust_line(_frame(cv=False))
+    assert x["n_pairs"] == 2 * K and x["p_improve"] == pytest.approx(0.8)
+    # several runs of one seed (here two trials of a pooled axis) are averaged first
+    df = _frame(cv=False)
+    twin = df.assign(trial_id=df["trial_id"] + "b", accuracy=df["accuracy"] - 0.02)
+    y = _robust_line(pd.concat([df, twin], ignore_index=True))
+    assert y["n_pairs"] == 2 * K and y["p_improve"] == pytest.approx(0.8)
+
+
+def test_cv_partitions_of_data_params():
+    got = cv_partitions(pd.Series([_params(3, 10), _params(3, 10, split_seed=7), "{}", "",
+                                   json.dumps({"split_seed": 111})]))
+    assert got.tolist() == ["", "7", "", "", "111"]
+
+
+def test_a_split_per_seed_pairs_each_partitions_folds_not_fold_numbers():
+    """`data.split_seed: seed` draws each seed its own partition: fold f of seed 0 and of seed
+    1 are different test sets, so they are not averaged into one fold; each (partition, fold)
+    is a unit, paired with the baseline's same partition and fold: 10 units, and the
+    corrected t over them is Bouckaert & Frank's corrected repeated k-fold CV test (r = 2
+    partitions x k = 5): mean 3, s^2 = 82/9 over the 10 differences, variance
+    (1/10 + 1/4) s^2, 9 degrees of freedom."""
+    from scipy.stats import t as student
+
+    x = _line(cell_stats(_frame(split_per_seed=True), COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert np.var(D_RUNS, ddof=1) == pytest.approx(82 / 9)
+    se = math.sqrt((1 / 10 + 1 / 4) * 82 / 9)
+    assert x["test"] == stats.CORRECTED_T and x["n_pairs"] == 2 * K and x["folds"] == 2 * K
+    assert x["delta"] == pytest.approx(3.0)
+    assert x["p"] == pytest.approx(2 * student.sf(3 / se, 9), rel=1e-9)
+    half = 2.2621571627982053 * se  # t_{9, 0.975} (tables: 2.262)
+    assert (x["delta_lo"], x["delta_hi"]) == pytest.approx((3 - half, 3 + half), rel=1e-9)
+    # the probability of improvement pairs (partition, fold, seed): as with one partition
+    r = _robust_line(_frame(split_per_seed=True))
+    assert r["n_pairs"] == 2 * K and r["p_improve"] == pytest.approx(0.8)
+
+
+def test_folds_of_different_partitions_are_not_paired():
+    """A baseline whose folds are of another partition (another split seed) shares no test
+    fold with the row: no fold pairs, no test, no probability of improvement."""
+    df = _frame()
+    is_row = (df["row"] == UNSUP).to_numpy()
+    fold = [json.loads(p)["fold"] for p in df["data_params"]]
+    df.loc[is_row, "data_params"] = [_params(f, split_seed=5)
+                                     for f, r in zip(fold, is_row) if r]
+    x = _line(cell_stats(df, COMPS, [GLOBAL, UNSUP], n_boot=200))
+    assert x["n_pairs"] == 0 and math.isnan(x["delta"]) and math.isnan(x["p"])
+    assert _robust_line(df)["n_pairs"] == 0
+
+
 def test_benchmark_summary_uses_the_same_interval():
     """benchmarks/tu_beyond_summary.py's fold_difference is the report's interval."""
     from _bench import benchmark
@@ -189,6 +275,27 @@ def test_report_on_a_cv_store(tmp_path):
     assert not summary["cv"]["banner"]
     assert any("corrected resampled t p" in f and f"{K} paired folds" in f
                for f in summary["cv"]["findings"])
+
+
+def test_report_on_a_store_with_a_split_per_seed(tmp_path):
+    """End to end, as `data.split_seed: seed` stores it (one seed per trial, its split seed in
+    data_params): the test pairs the 10 (partition, fold) units and the robust table the 10
+    (fold, seed) runs; the split seed is pooled like the seed, not a row."""
+    rows = [trial_record(trial_id=f"{'g' if row == GLOBAL else 'u'}{f}-{s}", seed=s,
+                         seeds=str(s), split="test_orig", dataset="tu:MUTAG",
+                         data_params=_params(f, split_seed=s),
+                         accuracy=_accuracy(row, f, s) / 100, attn_auc_l0=math.nan,
+                         pool_layers="" if row == GLOBAL else "1")
+            for row in (GLOBAL, UNSUP) for f in range(K) for s in range(2)]
+    write_trials(tmp_path / "res", "cv", rows)
+    write_report(tmp_path / "res", tmp_path / "out", n_boot=200, figures=False)
+    cells = pd.read_csv(tmp_path / "out" / "tables" / "cv__stats.csv")
+    x = cells.dropna(subset=["baseline"]).iloc[0]
+    assert (x["row"], x["baseline"]) == (UNSUP, GLOBAL)
+    assert x["test"] == stats.CORRECTED_T and x["n_pairs"] == 2 * K and x["folds"] == 2 * K
+    rob = pd.read_csv(tmp_path / "out" / "tables" / "cv__robust.csv")
+    r = rob.dropna(subset=["baseline"]).iloc[0]
+    assert r["n_pairs"] == 2 * K and r["p_improve"] == pytest.approx(0.8)
 
 
 def test_what_varied_names_each_recipe_parameter_and_counts_the_folds():
