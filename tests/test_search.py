@@ -886,6 +886,27 @@ def test_a_store_whose_rows_cannot_tell_its_objective_is_not_refused(tmp_path, m
             main([*argv, f"objective={objective}"])
 
 
+@pytest.mark.parametrize("text", ["{\"cv_folds\": 0, \"obj", "[0, \"mean\"]"])
+def test_a_damaged_settings_record_is_refused_in_one_line(text, tmp_path, monkeypatch, capsys):
+    """An arm's settings.json that is not the JSON object a search writes (truncated, edited by
+    hand) is a damaged store: one line naming the file, exit 2, before Ray starts (before: a
+    JSONDecodeError's traceback, or a record that was silently not compared)."""
+    from ablate.run import main
+    from ablate.runner.search.tuning import settings_path
+    from ablate.runner.study.search_spec import load_search_spec
+
+    _stop_before_ray(monkeypatch)
+    arm = "colors_chebygin_unsup"
+    argv = ["study=threshold_search", *TINY, "epochs=2", f"arms={arm}", f"results_dir={tmp_path}"]
+    path = settings_path(load_search_spec("threshold_search", argv), arm)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: arm {arm}: {path} ") and "\n" not in err, err
+    assert path.read_text() == text  # nothing touched
+
+
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_a_missing_data_path_is_refused_in_one_line_as_in_a_grid_study(dry_run, tmp_path,
                                                                        monkeypatch, capsys):

@@ -97,10 +97,20 @@ def stored_settings(spec: SearchSpec, arm: str, rows) -> dict:
     the arm's, from `Store.read`) show: ``cv_folds`` from the members' ``fold`` (-1: none),
     ``objective`` from an ok trial whose stored objective is the mean of its members'
     accuracies or that less their spread (`trainable.objective`; trials whose folds or seeds
-    all scored alike cannot tell, and a store with none that can leaves it out)."""
+    all scored alike cannot tell, and a store with none that can leaves it out). A record that
+    is no JSON object (truncated, edited by hand) is one `ConfigError` line, a damaged store."""
     path = settings_path(spec, arm)
     if path.exists():
-        held = json.loads(path.read_text())
+        try:
+            held = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            held = e
+        if not isinstance(held, dict):
+            from ablate.errors import ConfigError
+
+            why = f"{type(held).__name__}: {held}" if isinstance(held, Exception) else "not a JSON object"
+            raise ConfigError(f"arm {arm}: {path} is not the record of its search settings a search "
+                              f"writes ({why}); restore it or give another results_dir=")
         return {k: held[k] for k in OBJECTIVE_SETTINGS if k in held}
     if rows is None or rows.empty:
         return {}
