@@ -180,13 +180,15 @@ def power_findings(cells: pd.DataFrame) -> list[str]:
     """A caveat when no tested comparison can reach significance with the seeds run: the
     sign-flip p itself, or Holm's adjustment over the m tests (its smallest value is
     m x the smallest p), cannot go below ALPHA. Lines of the corrected t over CV folds
-    have no such floor and are left out (but counted in Holm's m)."""
+    have no such floor and are left out; they are in Holm's family, but where all of them
+    rank first a sign-flip line's factor is the number of sign-flip lines, so that number
+    sets the floor, and the caveat then names the sign-flip lines alone."""
     tested = _tested(cells)
     flips = tested[tested["test"] != stats.CORRECTED_T] if "test" in tested.columns else tested
     n = flips["n_pairs"]
     if n.empty or "sequence" in cells.columns:  # adaptive seeds: the sequence decides
         return []
-    n_max, m = int(n.max()), len(tested)
+    n_max, m, m_all = int(n.max()), len(flips), len(tested)
     if stats.min_p(n_max) >= ALPHA:
         return [f"With at most {n_max} shared seeds per comparison no sign-flip test can reach "
                 f"p < {ALPHA} (smallest possible p = {stats.min_p(n_max):.4f}) and the 95% "
@@ -196,11 +198,13 @@ def power_findings(cells: pd.DataFrame) -> list[str]:
     if floor < ALPHA:
         return []
     need = _seeds_for(m)
-    return [f"With at most {n_max} shared seeds per comparison and {m} tested comparisons, "
-            f"no Holm-adjusted p can fall below {min(floor, 1.0):.3f} ({m} x 2/2^{n_max}), so "
-            f"no difference is marked significant however large: read the unadjusted p and "
-            f"the CIs of the differences, or run at least {need} seeds per row (or compare "
-            "fewer rows) for the ↑/↓ markers."]
+    what, none = ((f"{m} tested comparisons", "no difference is marked") if m == m_all else
+                  (f"{m} sign-flip comparisons of {m_all} tested", "no sign-flip comparison "
+                   "is marked"))
+    return [f"With at most {n_max} shared seeds per comparison and {what}, no Holm-adjusted "
+            f"p can fall below {min(floor, 1.0):.3f} ({m} x 2/2^{n_max}), so {none} "
+            f"significant however large: read the unadjusted p and the CIs of the differences, "
+            f"or run at least {need} seeds per row (or compare fewer rows) for the ↑/↓ markers."]
 
 
 def _seeds_for(m: int) -> int:

@@ -225,6 +225,33 @@ def test_power_caveat_when_holm_cannot_reach_alpha():
     assert len(few) == 1 and "smallest possible p" in few[0]
 
 
+def test_power_caveat_with_corrected_t_lines_in_the_family():
+    """Lines of the corrected t over CV folds are in Holm's family but have no floor: they can
+    be marked, and a sign-flip line after them gets a smaller Holm factor. 8 sign-flip lines at
+    9 seeds (p >= 2/512) and 5 corrected-t lines at p 1e-4: 13 x 2/512 = 0.051, yet Holm marks
+    all 13 (the corrected-t lines 13 x 1e-4 and less; the first sign-flip line 8 x 2/512 =
+    0.031): no caveat. With 16 sign-flip lines (16 x 2/512 = 0.0625) no sign-flip line can be
+    marked, but the corrected-t lines are: the caveat names the sign-flip lines, not every
+    difference."""
+    import pandas as pd
+
+    from analysis.findings import power_findings
+
+    def cells(flips: int, cv: int) -> pd.DataFrame:
+        return pd.DataFrame({"p": [stats.min_p(9)] * flips + [1e-4] * cv,
+                             "n_pairs": [9] * flips + [10] * cv,
+                             "test": [stats.SIGN_FLIP] * flips + [stats.CORRECTED_T] * cv})
+
+    assert (stats.holm(cells(8, 5)["p"]) < 0.05).all()
+    assert power_findings(cells(8, 5)) == []
+    holm = stats.holm(cells(16, 5)["p"])
+    assert (holm[16:] < 0.05).all() and (holm[:16] >= 0.05).all()
+    [caveat] = power_findings(cells(16, 5))
+    assert "no difference is marked significant" not in caveat, caveat
+    assert "16 sign-flip comparisons of 21 tested" in caveat and "0.062" in caveat, caveat
+    assert "at least 10 seeds" in caveat  # 16 x 2/2^10 = 0.031 < 0.05
+
+
 # ----------------------------------------------------------------------------- benchmarks
 
 
