@@ -54,14 +54,23 @@ def _data_params_varied(col: pd.Series) -> list[str]:
             continue
         if k == "fold":
             folds = sorted(int(v) for v in vals if v.lstrip("-").isdigit())
-            out.append(f"data.fold: {len(folds)} cross-validation folds "
-                       f"({folds[0]}–{folds[-1]}), pooled like seeds" if folds else
-                       f"data.fold: {', '.join(sorted(vals))}")
+            which = (f"{folds[0]}–{folds[-1]}" if folds == list(range(folds[0], folds[-1] + 1))
+                     else ", ".join(map(str, folds))) if folds else ""
+            out.append(f"data.fold: {len(folds)} cross-validation folds ({which}), pooled like "
+                       "seeds" if folds else f"data.fold: {', '.join(sorted(vals))}")
             continue
-        shown = sorted(vals)
+        shown = sorted(vals, key=_numbers_first)
         more = f", … ({len(shown)} values)" if len(shown) > MAX_ROW_VALUES else ""
         out.append(f"data.{k}: " + ", ".join(shown[:MAX_ROW_VALUES]) + more)
     return out
+
+
+def _numbers_first(text: str) -> tuple:
+    """Sort key of a value's text: numbers in numeric order, then the rest ('default' last)."""
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1 + (text == "default"), 0.0, text)
 
 
 def overview(study: Study) -> Overview:
