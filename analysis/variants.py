@@ -125,6 +125,11 @@ def parse_data_params(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+# the k of a CV record that leaves `data.folds` at its default (a study file with `data:
+# {protocol: cv}` stores no `folds`): the generators' default (tu:NAME and pyg; a test pins it)
+CV_DEFAULT_FOLDS = 10
+
+
 def cv_folds(params: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per record (its `data_params`), the cross-validation test fold and the k of the k-fold
     CV it belongs to (`data.protocol: cv`, `data.fold`, `data.folds`); NaN, NaN for a record
@@ -134,7 +139,7 @@ def cv_folds(params: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     fold, k = np.full(len(uniques), np.nan), np.full(len(uniques), np.nan)
     for i, text in enumerate(uniques):
         p = parse_data_params(text)
-        f, n = p.get("fold"), p.get("folds")
+        f, n = p.get("fold"), p.get("folds", CV_DEFAULT_FOLDS)
         if p.get("protocol") == "cv" and _integer(f) and _integer(n) and 0 <= f < n:
             fold[i], k[i] = f, n
     return fold[codes], k[codes]

@@ -107,6 +107,21 @@ def test_cv_folds_of_data_params():
     np.testing.assert_array_equal(k, [10, np.nan, np.nan, np.nan, np.nan, 10])
 
 
+def test_a_cv_record_at_the_default_folds_is_a_fold_of_the_generators_default_k():
+    """A study file with `data: {protocol: cv}` stores no `folds`: the record is still a fold
+    (of the generators' default k), so the report pairs folds instead of falling back to the
+    sign-flip test by seed."""
+    import inspect
+
+    from ablate.data import pyg_user, resolve_params
+    from analysis.variants import CV_DEFAULT_FOLDS
+
+    assert resolve_params("tu:MUTAG", {"protocol": "cv"})["folds"] == CV_DEFAULT_FOLDS
+    assert inspect.signature(pyg_user.pyg_dataset).parameters["folds"].default == CV_DEFAULT_FOLDS
+    fold, k = cv_folds(pd.Series([json.dumps({"fold": 4, "protocol": "cv"})]))
+    assert fold.tolist() == [4] and k.tolist() == [CV_DEFAULT_FOLDS]
+
+
 def test_cv_comparison_pairs_folds_with_the_corrected_t():
     """2 rows x 5 folds x 2 seeds: 5 pairs (folds), not 2 (seeds) or 10 (runs); the seeds'
     +-X cancel within each fold, so the test sees exactly D."""
