@@ -138,10 +138,17 @@ def tu_beyond() -> str:
         f"differences pair the runs of one fold and seed, average them per fold (its seeds share "
         f"its test graphs) and give the corrected resampled t interval over the folds (Nadeau "
         f"& Bengio 2003: the folds' training sets overlap, so the variance of the mean is "
-        f"(1/k + 1/9) s², not s²/k). {doc['done']} of {doc['planned']} trials finished. Source: "
+        f"(1/k + 1/(k - 1)) s², not s²/k, with k = {_ks(doc)}). {doc['done']} of "
+        f"{doc['planned']} trials finished. Source: "
         f"`benchmarks/results/{BEYOND}` (`{doc['command']}` on the store made by "
         f"{doc.get('ran', 'study=tu_beyond')}; {doc['commits']}; {doc['machine']}).\n")
 
 
 TABLES = {"tu_collab": tu_collab, "tu_collab_bisect": tu_collab_bisect, "tu_read": tu_read,
           "tu_beyond": tu_beyond}
+
+
+def _ks(doc: dict) -> str:
+    """The k of the record's cross-validation ("10" for the records written before the
+    summary stored k per row, whose store was 10-fold: `studies/tu_beyond.yaml`)."""
+    return ", ".join(str(k) for k in sorted({r.get("k", 10) for r in doc["rows"]}))

@@ -50,15 +50,29 @@ def fold_difference(pairs: list[tuple], row: dict, base: dict, folds: int) -> di
     return {"mean": float(d.mean()), "lo": lo, "hi": hi, "pairs": len(pairs), "folds": len(d)}
 
 
-def summarise(df, folds: int = 10) -> dict:
-    """The per-(data set, backbone) cells and paired differences of a `read_trials` frame
-    (`folds`: the cross-validation's k)."""
+def summarise(df) -> dict:
+    """The per-(data set, backbone) cells and paired differences of a `read_trials` frame of
+    a cross-validated study. The k of the CV and each run's fold come from its `data_params`
+    (`analysis.variants.cv_folds`); a fold is the pair (partition, fold number)
+    (`cv_partitions`: a study drawing a split per seed, `data.split_seed: seed`, has one
+    partition per seed, and fold 3 of two partitions are different test sets)."""
+    from analysis.variants import cv_folds, cv_partitions
+
     ok = df[(df["status"] == "ok") & (df["split"] == "test_orig")].copy()
     ok["row"] = np.where(ok["pool_layers"].astype(str) == "", "global", ok["supervision"])
-    ok["fold"] = [json.loads(p).get("fold") for p in ok["data_params"]]
+    fold, k = cv_folds(ok["data_params"])
+    if len(ok) and np.isnan(k).any():
+        raise SystemExit("tu_beyond_summary: the store holds runs that are not folds of a "
+                         "k-fold cross-validation (data.protocol: cv)")
+    ok["fold"] = list(zip(cv_partitions(ok["data_params"]), fold.astype(int).tolist()))
+    ok["k"] = k
     rows = []
     for (dataset, backbone), g in sorted(ok.groupby(["dataset", "backbone"]), key=lambda kv: kv[0]):
         cells, runs = {}, {}
+        if g["k"].nunique() != 1:
+            raise SystemExit(f"tu_beyond_summary: {dataset} mixes k-fold CVs of k = "
+                             f"{sorted(g['k'].unique().astype(int).tolist())}")
+        folds = int(g["k"].iloc[0])
         for row, h in g.groupby("row"):
             v = 100 * h["accuracy"].to_numpy(float)
             cells[row] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
@@ -70,7 +84,8 @@ def summarise(df, folds: int = 10) -> dict:
             d = fold_difference(pairs, runs.get(row, {}), runs.get("global", {}), folds)
             if d is not None:
                 diffs[row] = d
-        rows.append({"dataset": dataset, "backbone": backbone, "cells": cells, "diffs": diffs})
+        rows.append({"dataset": dataset, "backbone": backbone, "k": folds, "cells": cells,
+                     "diffs": diffs})
     return {"rows": rows}
 
 

@@ -34,3 +34,44 @@ def test_one_fold_gives_no_interval():
     mod = _summary()
     row = {(0, 0): 1.0, (0, 1): 2.0}
     assert mod.fold_difference(sorted(row), row, dict.fromkeys(row, 0.0), folds=10) is None
+
+
+def _frame(runs: list[tuple]):
+    """A read_trials-like frame: (row, fold, seed, accuracy, data_params extra) per run."""
+    import json
+
+    import pandas as pd
+
+    recs = []
+    for row, fold, seed, acc, extra in runs:
+        recs.append({"status": "ok", "split": "test_orig", "dataset": "tu:X", "backbone": "gin",
+                     "pool_layers": "" if row == "global" else "2",
+                     "supervision": "unsup" if row == "global" else row, "seed": seed,
+                     "accuracy": acc, "data_params": json.dumps({"protocol": "cv", "fold": fold,
+                                                                 **extra})})
+    return pd.DataFrame(recs)
+
+
+def test_summary_reads_k_from_the_records_and_keeps_partitions_apart():
+    """k from data_params (5 here, not a hard-coded 10); with a split per seed, fold 0 of
+    seed 0 and fold 0 of seed 1 are different test sets: 4 units, not 2 folds."""
+    mod = _summary()
+    runs = []
+    for fold in (0, 1):
+        for seed in (0, 1):
+            extra = {"folds": 5, "split_seed": seed}
+            runs += [("global", fold, seed, 0.5, extra),
+                     ("weak", fold, seed, 0.5 + 0.01 * (1 + fold + 2 * seed), extra)]
+    row = mod.summarise(_frame(runs))["rows"][0]
+    assert row["k"] == 5
+    d = row["diffs"]["weak"]
+    assert (d["folds"], d["pairs"]) == (4, 4)
+    assert d["mean"] == pytest.approx(2.5)
+
+
+def test_summary_refuses_a_store_that_is_not_cross_validated():
+    mod = _summary()
+    df = _frame([("global", 0, 0, 0.5, {"folds": 10})])
+    df["data_params"] = "{}"
+    with pytest.raises(SystemExit, match="not folds"):
+        mod.summarise(df)
