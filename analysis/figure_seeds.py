@@ -4,10 +4,11 @@ stratified bootstrap interval, and beside it a strip plot with every run as a do
 
 A bar hides how its runs spread; the strip beside it shows them, so a seed that collapsed
 (an accuracy far below its row's others) is seen at a glance. Runs beyond Tukey's outer
-fences and
-more than `robust.FAR_POINTS` from their cell's median (`robust.far_runs`) are drawn in red
-with their seed number. The numbers are `analysis.robust`'s (`seed_values`, `iqm`,
-`iqm_interval`), the same as the "Robust aggregates" table.
+fences and more than `robust.FAR_POINTS` from their cell's median (`robust.far_runs`) are
+drawn in red with their seed number (`run_label`; under cross-validation with their fold as
+well: a seed's runs are the k folds' different test sets). The numbers are
+`analysis.robust`'s (`seed_values`, `iqm`, `iqm_interval`; under cross-validation
+`cluster_iqm_interval`), the same as the "Robust aggregates" table.
 """
 
 from __future__ import annotations
@@ -26,6 +27,23 @@ from analysis.reference import AUC_COLUMN
 FAR_COLOUR = "#d62728"
 JITTER = 0.18  # vertical spread of a row's dots, in rows
 MAX_LABELS = 3  # far runs labelled with their seed per row and panel (all are red)
+
+
+def run_label(seed: int, fold: float = float("nan"), partition: str = "") -> str:
+    """A far dot's label: its seed ("s7"); under cross-validation its fold too ("s1 f3"),
+    and its partition (split seed) where that is not the seed's own ("s1 f3 p0")."""
+    label = f"s{seed}"
+    if np.isfinite(fold):
+        label += f" f{int(fold)}"
+        if partition not in ("", str(seed)):
+            label += f" p{partition}"
+    return label
+
+
+def _far_name(x: dict) -> str:
+    """A far run in the caption: "seed 7", under cross-validation "seed 1 fold 3"."""
+    return (f"seed {x['seed']}" + (f" fold {x['fold']}" if "fold" in x else "")
+            + (f" partition {x['partition']}" if "partition" in x else ""))
 
 
 def _stem_part(dataset: str) -> str:
@@ -77,13 +95,18 @@ def _figure(d: pd.DataFrame, dset: str, cols: list[str], rows: list[str], bars: 
         axes[0, 0].set_yticks(range(len(rows)), rows)
         axes[0, 0].set_ylim(len(rows) - 0.5, -0.5)
         png, svg = fs.save(fig, out, stem)
-    named = "; ".join(f"{x['row']} {column_name(x['column'])} seed {x['seed']}: "
+    named = "; ".join(f"{x['row']} {column_name(x['column'])} {_far_name(x)}: "
                       f"{x['value']:.1f}" for x in far[:8])
+    cv = "cv_fold" in d.columns and bool(np.isfinite(d["cv_fold"].to_numpy(float)).any())
     more = f" and {len(far) - 8} more" if len(far) > 8 else ""
     caption = (f"{dataset_name(dset)}: left, each row's interquartile mean with its 95% "
                "bootstrap interval (no interval below "
-               f"{robust.MIN_RUNS} runs); right, every run as a dot (rows jittered "
-               "vertically), the row's IQM as a black tick; in red with its seed (at most "
+               f"{robust.MIN_RUNS} runs"
+               + (f"; under cross-validation whole folds resampled, none below "
+                  f"{robust.MIN_RUNS} folds" if cv else "")
+               + "); right, every run as a dot (rows jittered "
+               "vertically), the row's IQM as a black tick; in red with its seed"
+               + (" and fold" if cv else "") + " (at most "
                f"{MAX_LABELS} labelled a row), a run beyond Tukey's outer fences "
                f"({robust.FAR_IQR:g} IQR outside the quartiles) and more than "
                f"{robust.FAR_POINTS:g} points from its row's median"
@@ -121,13 +144,23 @@ def _strip(ax, g: pd.DataFrame, rows: list[str]) -> list[dict]:
         ax.scatter(v[is_far], y[is_far], s=30, color=FAR_COLOUR, lw=0, zorder=3)
         labelled: dict[str, int] = {}
         column = str(g["column"].iloc[0])
-        for row, x, yy, s in zip(np.asarray(g["row"].tolist(), dtype=object)[is_far],
-                                 v[is_far], y[is_far], g["seed"].to_numpy()[is_far]):
+        fold = g["cv_fold"].to_numpy(dtype=float) if "cv_fold" in g.columns \
+            else np.full(v.size, np.nan)
+        split = g["cv_split"].astype(str).to_numpy() if "cv_split" in g.columns \
+            else np.full(v.size, "")
+        for row, x, yy, s, f, p in zip(np.asarray(g["row"].tolist(), dtype=object)[is_far],
+                                       v[is_far], y[is_far], g["seed"].to_numpy()[is_far],
+                                       fold[is_far], split[is_far]):
             labelled[row] = labelled.get(row, 0) + 1
             if labelled[row] <= MAX_LABELS:
-                ax.annotate(f"s{s}", (x, yy), xytext=(3, 3), textcoords="offset points",
-                            fontsize=7, color=FAR_COLOUR)
-            far.append({"row": row, "column": column, "seed": int(s), "value": float(x)})
+                ax.annotate(run_label(int(s), f, p), (x, yy), xytext=(3, 3),
+                            textcoords="offset points", fontsize=7, color=FAR_COLOUR)
+            run = {"row": row, "column": column, "seed": int(s), "value": float(x)}
+            if np.isfinite(f):  # a fold of a k-fold CV
+                run["fold"] = int(f)
+                if p not in ("", str(int(s))):
+                    run["partition"] = p
+            far.append(run)
     ticks = [(index[r], robust.iqm(x)) for r, x in g.groupby("row", sort=False)["value"]]
     if ticks:
         at, m = np.array(ticks).T
@@ -136,5 +169,5 @@ def _strip(ax, g: pd.DataFrame, rows: list[str]) -> list[dict]:
         a, b = float(v.min()), float(v.max())
         pad = 0.06 * max(b - a, 2.0)
         ax.set_xlim(max(-1.0, a - pad), min(101.0, b + pad))
-    far.sort(key=lambda x: (index[x["row"]], x["seed"]))
+    far.sort(key=lambda x: (index[x["row"]], x["seed"], x.get("fold", -1)))
     return far

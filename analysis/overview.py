@@ -209,7 +209,26 @@ def rows_missing_seeds(ok: pd.DataFrame, expected: dict[tuple[str, str], int] | 
     (`expected`: (row, dataset) -> the seeds its rounds called for, `default` for a pair not
     named, `adaptive_decisions.expected_seeds`), the (row, dataset) pairs that lack some of
     the seeds 0 .. n-1 their rounds called for: a row the sequence stopped early is not
-    short of seeds."""
+    short of seeds. Runs that are folds of a k-fold cross-validation are checked by their
+    (partition, fold, seed) units instead (`_missing_fold_runs`): a row that lacks fold 3 of
+    seed 1 is short though seed 1 ran on its other folds."""
+    from analysis.variants import cv_folds, cv_partitions
+
+    if "data_params" in ok.columns and len(ok):
+        (fold, k), split = cv_folds(ok["data_params"]), cv_partitions(ok["data_params"])
+        is_cv = np.isfinite(fold)
+        if is_cv.any():
+            runs = pd.DataFrame({"row": ok["row"].to_numpy(), "dataset": ok["dataset"].to_numpy(),
+                                 "k": k, "p": split, "f": fold, "s": ok["seed"].to_numpy()})
+            rest = ok[~is_cv]
+            return ((_missing_seeds(rest, expected, default) if len(rest) else [])
+                    + _missing_fold_runs(runs[is_cv], expected, default))
+    return _missing_seeds(ok, expected, default)
+
+
+def _missing_seeds(ok: pd.DataFrame, expected: dict[tuple[str, str], int] | None,
+                   default: int) -> list[str]:
+    """`rows_missing_seeds` by seed."""
     if expected is None:
         seeds = ok.groupby("row")["seed"].agg(set)
         if seeds.empty:
@@ -223,4 +242,50 @@ def rows_missing_seeds(ok: pd.DataFrame, expected: dict[tuple[str, str], int] | 
         if want - s:
             out.append(f"{r} on {d}: {len(want & s)} of the {len(want)} seeds its adaptive "
                        f"rounds called for (missing {', '.join(map(str, sorted(want - s)))})")
+    return out
+
+
+MAX_NAMED = 8  # missing (fold, seed) runs named per row
+
+
+def _missing_fold_runs(runs: pd.DataFrame, expected: dict[tuple[str, str], int] | None,
+                       default: int) -> list[str]:
+    """`rows_missing_seeds` of cross-validated runs (`runs`: row, dataset, k, partition p,
+    fold f, seed s): per dataset (and k), the (partition, fold, seed) units some row has and
+    a row lacks (on an adaptive study, those of the seeds 0 .. n-1 its rounds called for, and
+    such seeds no row ran)."""
+    runs = runs.assign(f=runs["f"].astype(int), s=runs["s"].astype(int)).drop_duplicates()
+    out = []
+    for (d, _), on in runs.groupby(["dataset", "k"], sort=False):
+        full = set(on[["p", "f", "s"]].itertuples(index=False, name=None))
+        for r, g in on.groupby("row", sort=False):
+            have = set(g[["p", "f", "s"]].itertuples(index=False, name=None))
+            if expected is None:
+                want, unrun = full, []
+                what = f"{len(have)} of {len(full)} (fold, seed) runs"
+            else:
+                n = expected.get((r, d), default)
+                want = {u for u in full if u[2] < n}
+                unrun = sorted(set(range(n)) - {u[2] for u in want})
+                what = (f"{len(want & have)} of the {len(want)} (fold, seed) runs of the {n} "
+                        "seeds its adaptive rounds called for")
+            names = [f"seed {s} (no run)" for s in unrun] + _unit_names(want - have, want)
+            if names:
+                more = f", … ({len(names)} in all)" if len(names) > MAX_NAMED else ""
+                out.append(f"{r} on {d}: {what} (missing {', '.join(names[:MAX_NAMED])}{more})")
+    return out
+
+
+def _unit_names(gone: set, want: set) -> list[str]:
+    """The missing (partition, fold, seed) units as text, "fold 3 seed 1" ("of partition p"
+    where the partition is not the seed's own); a seed missing from every fold it has
+    elsewhere as one "seed 1 (all its 10 folds)"."""
+    out = []
+    for s in sorted({u[2] for u in gone}):
+        units = {u for u in gone if u[2] == s}
+        if len(units) > 1 and units == {u for u in want if u[2] == s}:
+            out.append(f"seed {s} (all its {len(units)} folds)")
+            continue
+        out += [f"fold {f} seed {s}" + (f" of partition {p}" if p not in ("", str(s)) else "")
+                for p, f, _ in sorted(units)]
     return out
