@@ -94,34 +94,92 @@ def test_cli_unknown_key_exits_2_and_dry_run_lists_arms(capsys):
     assert "'threshold': (0.001, 0.1, True)" in out and "colors_chebygin_unsup" not in out
 
 
-def test_each_finished_search_trial_is_one_line_with_the_arms_count(tmp_path, capsys):
+def test_each_finished_search_trial_is_one_line_with_the_arms_count(tmp_path, capsys,
+                                                                    monkeypatch):
     """A search study shows its progress: a line per search trial as Tune reports it done
-    (finished, pruned or failed, its objective, the arm's count), written to stderr."""
+    (finished, pruned or failed, its objective, the arm's count), written to stderr; a failed
+    one ends with its error, cut to `SHORT_ERROR` characters (before: 'failed' alone), as
+    does the line of an attempt run again. Each row and failure line carries the attempt's
+    node and created_at, as a grid trial's (before: none, and node '')."""
+    import json
     from types import SimpleNamespace
 
-    from ablate.runner.execute.store import Store
-    from ablate.runner.search.tuning import store_writer
+    import ablate.runner.execute.tune_callback as tune_callback
+    from ablate.runner.execute.store import FAILURES, Store
+    from ablate.runner.search.tuning import SHORT_ERROR, store_writer
     from ablate.runner.study.search_spec import load_search_spec
 
     arm = "colors_chebygin_unsup"
     spec = load_search_spec("threshold_search", [*TINY, "epochs=4", f"arms={arm}",
                                                  f"results_dir={tmp_path}"])
-    writer = store_writer(Store(spec.results_dir, spec.name), spec, arm, 4, n_new=3)
-    for number, epoch, ok in ((0, 4, True), (1, 2, True), (2, 1, False)):
+    store = Store(spec.results_dir, spec.name)
+    writer = store_writer(store, spec, arm, 4, n_new=3)
+    error = "RuntimeError: " + "x" * 400  # one line, as `trial_error` gives it
+    monkeypatch.setattr(tune_callback, "trial_error", lambda trial: error)
+    for number, epoch, how in ((0, 4, "ok"), (1, 2, "ok"), (2, 1, "retry"), (2, 1, "failed")):
         trial = SimpleNamespace(trial_id=f"t{number}", config={"optuna_trial": number,
                                                                  "threshold": 0.01})
         writer.on_trial_result(0, [], trial, {"epoch": epoch, "seed_accs": "[0.5, 0.6, 0.7]",
-                                              "val_acc": 0.6})
-        (writer.on_trial_complete if ok else writer.on_trial_error)(0, [], trial)
+                                              "val_acc": 0.6, "node_ip": "10.0.0.7"})
+        {"ok": writer.on_trial_complete, "retry": writer.on_trial_recover,
+         "failed": writer.on_trial_error}[how](0, [], trial)
     err = capsys.readouterr().err.splitlines()
+    short = error[:SHORT_ERROR - 3] + "..."
     assert [e.split(" | ")[0] for e in err] == [
         f"[threshold_search] {arm}: search trial #0 finished 4 epochs, val objective "
         "0.600; 1/3 done (0 pruned, 0 failed)",
         f"[threshold_search] {arm}: search trial #1 pruned by ASHA at epoch 2, val objective "
         "0.600; 2/3 done (1 pruned, 0 failed)",
-        f"[threshold_search] {arm}: search trial #2 failed, val objective 0.600; 3/3 done "
-        "(1 pruned, 1 failed)"]
+        f"[threshold_search] {arm}: search trial #2 failed (attempt 1 of 3), run again: {short}",
+        f"[threshold_search] {arm}: search trial #2 failed (attempt 2), val objective 0.600; "
+        f"3/3 done (1 pruned, 1 failed): {short}"]
     assert writer.written == [0, 1, 2]
+    df = store.read()
+    assert df.created_at.notna().all() and set(df.node) == {"10.0.0.7"}
+    assert set(df[df.optuna_trial == 2].error) == {error}  # the rows keep it whole
+    log = [json.loads(line) for line in (store.dir / FAILURES).read_text().splitlines()]
+    assert [(e["attempt"], e["node"], e["error"]) for e in log] == [(1, "10.0.0.7", error),
+                                                                    (2, "10.0.0.7", error)]
+    assert all(e["created_at"] for e in log)
+
+
+def test_a_search_failure_line_has_the_fields_of_a_grid_trials(tmp_path):
+    """failures.jsonl: a search trial's failed attempt has the fields of a grid trial's, its
+    node and its rows' created_at among them (a line's ``time`` is when it was logged)."""
+    import json
+    import pickle
+    from types import SimpleNamespace
+
+    from ablate.runner.execute.store import FAILURES, Store
+    from ablate.runner.execute.tune_callback import StoreCallback
+    from ablate.runner.search.tuning import store_writer
+    from ablate.runner.study.expand import build_study
+    from ablate.runner.study.search_spec import load_search_spec
+
+    study, _ = build_study("smoke", ["dataset=colors", "backbone=chebygin", "seed=0",
+                                     "seeds_per_trial=1", *TINY])
+    t = study.trials[0]
+    grid = Store(tmp_path, "smoke")
+    display = SimpleNamespace(finish=lambda *a: None, retry=lambda *a: None, unstored=None)
+    member = {"trial_id": t.trial_id, "status": "error", "error": "RuntimeError: boom",
+              "final": True, "records": [], "curves": []}
+    StoreCallback(grid, {t.trial_id: t}, {}, display, {t.trial_id: [t.trial_id]}).on_trial_result(
+        0, [], SimpleNamespace(config={"trial": {"trial_id": t.trial_id}}),
+        {"payload": pickle.dumps({"members": [member], "meta": {"node": "10.0.0.7"},
+                                  "final": True})})
+    arm = "colors_chebygin_unsup"
+    spec = load_search_spec("threshold_search", [*TINY, f"arms={arm}", f"results_dir={tmp_path}"])
+    search = Store(spec.results_dir, spec.name)
+    trial = SimpleNamespace(trial_id="t0", config={"optuna_trial": 0, "threshold": 0.01},
+                            node_ip="10.0.0.8")
+    store_writer(search, spec, arm, 2).on_trial_error(0, [], trial)
+    lines = []
+    for store in (grid, search):
+        [line] = [json.loads(x) for x in (store.dir / FAILURES).read_text().splitlines()]
+        assert {line["created_at"]} == set(store.read().created_at), line
+        lines.append(line)
+    assert set(lines[0]) == set(lines[1]) >= {"node", "created_at"}, lines
+    assert [x["node"] for x in lines] == ["10.0.0.7", "10.0.0.8"]
 
 
 def test_objective_sees_train_and_val_only():
@@ -674,35 +732,39 @@ def _failures(tmp_path) -> list[dict]:
 
 
 @pytest.mark.slow  # a real local Ray: about 40 s each here; CI runs -m slow too
-@pytest.mark.parametrize("kind, error", [
-    ("RuntimeError once", "RuntimeError: boom (RuntimeError)"),
-    ("exit once", "ActorDiedError: The actor died"),  # the worker's process dies
+@pytest.mark.parametrize("kind, error, epochs", [
+    ("RuntimeError once", "RuntimeError: boom (RuntimeError)", 1),
+    ("exit once", "ActorDiedError: The actor died", 1),  # the worker's process dies
 ])
 def test_a_search_trial_that_fails_once_is_retried_and_the_study_finishes(
-        kind, error, ray_env, tmp_path, monkeypatch, capsys):
+        kind, error, epochs, ray_env, tmp_path, monkeypatch, capsys):
     """A search trial whose first attempt raises an error a retry may fix, or whose worker
     dies, is recorded and run again (`max_failures`, default 2, as a grid study's): the study
     finishes, exit 0; its rows are the passing attempt's (``attempt`` 2), the failed attempt
     has its line in failures.jsonl and the summary says a search trial passed on a retry
     (before: the trial was stored failed at once and the command exited 1). The arm's
-    cv_folds and objective are recorded beside its Optuna study (the rerun check reads them)."""
+    cv_folds and objective are recorded beside its Optuna study (the rerun check reads them).
+    Rows and the failure line carry the attempt's node and created_at, as a grid trial's
+    (before: none and '')."""
     import json
 
     from ablate.runner.execute.store import Store
 
-    assert _run_boom_search(tmp_path, monkeypatch, kind) == 0
+    assert _run_boom_search(tmp_path, monkeypatch, kind, f"epochs={epochs}") == 0
     df = Store(tmp_path / "results", "boom_search").read()
     assert (df.status == "ok").all(), set(df.error)
     search = df[df.role == "search"]
     assert set(search.optuna_trial) == {0} and set(search.attempt) == {2}
     assert set(df[df.role != "search"].attempt) == {1}
+    assert search.created_at.notna().all() and (search.node != "").all(), search.node
     [failure] = _failures(tmp_path)
     assert (failure["trial_id"], failure["attempt"], failure["status"]) == (
         "mine-trial00000", 1, "error")
     assert failure["error"].startswith(error) and "\n" not in failure["error"], failure
+    assert failure["created_at"] and "node" in failure, failure
     out, err = capsys.readouterr()
     assert "search trial #0 failed (attempt 1 of 3), run again: " + error in err, err[-3000:]
-    assert "search trial #0 finished 1 epochs (attempt 2)" in err
+    assert f"search trial #0 finished {epochs} epochs (attempt 2)" in err
     assert ("mine: 1 search trial(s) run again after a failed attempt, 1 passed on a retry"
             in out), out
     assert "search trials failed in this run" not in out

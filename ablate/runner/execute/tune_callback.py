@@ -52,6 +52,7 @@ class StoreCallback(tune.Callback):
         self.final: dict[str, str] = {}  # trial id -> final status (ok / error / nan)
         self.errors: dict[str, str] = {}  # trial id -> final error text
         self.attempts: dict[str, int] = {}  # trial id -> attempts recorded so far
+        self.created_at: dict[str, str] = {}  # trial id -> its last stored attempt's created_at
         self.retries = 0
         self.storage_error = ""  # first failed result write: the study stops (`StorageStop`)
 
@@ -196,12 +197,15 @@ class StoreCallback(tune.Callback):
             self.storage_error = write_error(e, self.store.dir)
             return None, misfit
         self.attempts[tid] = attempt
+        self.created_at[tid] = extra["created_at"]
         return attempt, misfit
 
     def _log(self, tid: str, attempt: int, status: str, error: str, meta: dict) -> None:
+        """The failed attempt's line in failures.jsonl: its node and its rows' created_at."""
         try:
             self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
-                                    "error": error, "node": meta.get("node", "")})
+                                    "error": error, "node": meta.get("node", ""),
+                                    "created_at": self.created_at.get(tid, "")})
         except OSError as e:
             from ablate.runner.execute.store import write_error
 

@@ -193,10 +193,16 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
     A failed attempt that Tune retries (`max_failures`, `run_search`) is recorded as a grid
     trial's is: its rows are written with status ``error``, its error in one line and its
     ``attempt`` number, and a line goes to ``failures.jsonl``; the next attempt's rows replace
-    them (``attempt`` says which try it was). ``.retries`` counts the retries."""
+    them (``attempt`` says which try it was). ``.retries`` counts the retries. Every row
+    carries what a grid trial's carries of its attempt: ``created_at`` (when the driver wrote
+    it), ``ray_version`` and ``node`` (`attempt_node`); a failed attempt's line in
+    failures.jsonl has its ``node`` and ``created_at``, and its progress line its error
+    (`short_error`)."""
+    import ray
     from ray import tune
 
     from ablate.config import axes
+    from ablate.runner.execute.store import now_iso
 
     t0 = time.time()
 
@@ -246,15 +252,19 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
             rows = [{**common, "seed": s, "fold": f, "split": "val", "accuracy": float(a),
                      "status": status, "error": error} for (f, s), a in zip(who, accs)]
             tid = f"{arm}-trial{number:05d}"
-            store.write(tid, rows, extra={"attempt": attempt})
+            extra = {"attempt": attempt, "created_at": now_iso(), "ray_version": ray.__version__,
+                     "node": attempt_node(trial, res)}
+            store.write(tid, rows, extra=extra)
             if status != "ok":
                 store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
-                                   "error": error, "node": ""})
+                                   "error": error, "node": extra["node"],
+                                   "created_at": extra["created_at"]})
             m, s = divmod(int(time.time() - t0), 60)
             if not final:
                 self.retries += 1
                 say(f"[{spec.name}] {arm}: search trial #{number} failed (attempt {attempt} of "
-                    f"{int(spec.max_failures) + 1}), run again: {error} | {m}:{s:02d} elapsed")
+                    f"{int(spec.max_failures) + 1}), run again: {short_error(error)} | "
+                    f"{m}:{s:02d} elapsed")
                 return
             self.written.append(number)
             self.pruned += common["pruned"]
@@ -263,11 +273,28 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
                    if common["pruned"] else f"finished {epoch} epochs")
             if attempt > 1:
                 how += f" (attempt {attempt})"
+            why = f": {short_error(error)}" if status != "ok" else ""
             say(f"[{spec.name}] {arm}: search trial #{number} {how}, val objective "
                 f"{common['objective']:.3f}; {len(self.written)}/{n_new or '?'} done "
-                f"({self.pruned} pruned, {self.failed} failed) | {m}:{s:02d} elapsed")
+                f"({self.pruned} pruned, {self.failed} failed){why} | {m}:{s:02d} elapsed")
 
     return StoreWriter()
+
+
+def attempt_node(trial: TuneTrial, result: dict) -> str:
+    """The node (IP) an attempt of a search trial ran on: its last result's (Tune's
+    ``node_ip``), else where Tune placed the trial; '' for an attempt that failed before its
+    first epoch was reported (as a grid trial's lost worker records none)."""
+    return str(result.get("node_ip") or getattr(trial, "node_ip", None) or "")
+
+
+SHORT_ERROR = 200  # characters of an error a progress line shows (the rows keep it whole)
+
+
+def short_error(error: str, limit: int = SHORT_ERROR) -> str:
+    """An error for a progress line: one line, cut to `limit` characters with '...'."""
+    line = " ".join(str(error).split())
+    return line if len(line) <= limit else line[:limit - 3].rstrip() + "..."
 
 
 def trials_to_run(spec: SearchSpec, study: optuna.Study) -> int:
