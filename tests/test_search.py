@@ -607,31 +607,44 @@ class Boom(torch.nn.Module):
     '''Fits the driver's check of a user's layer (3 -> 4 features) and raises on a real
     model's sizes, so only in a worker: the error named in BOOM_DIR/raise, each attempt counted
     in BOOM_DIR/attempts. 'KIND once' fails the first construction only (BOOM_DIR/raised marks
-    it done); 'exit' is the worker's death.'''
+    it done); 'exit' is the worker's death; 'late KIND' fails at the first training step after
+    the model's first evaluation (epoch 2, once epoch 1 is reported) instead.'''
 
     def __init__(self, in_channels, out_channels):
         super().__init__()
+        self.late, self.evaluated = "", False
         if (in_channels, out_channels) != (3, 4):
             folder = os.environ["BOOM_DIR"]
             with open(os.path.join(folder, "attempts"), "a") as f:
                 f.write("attempt\\n")
             with open(os.path.join(folder, "raise")) as f:
                 kind = f.read().strip()
-            if kind.endswith(" once"):
-                kind, marker = kind[:-len(" once")], os.path.join(folder, "raised")
-                if os.path.exists(marker):
-                    kind = ""
-                else:
-                    open(marker, "w").close()
-            if kind == "exit":
-                os._exit(1)
-            if kind:
-                error = {"ConfigError": ConfigError, "RuntimeError": RuntimeError}[kind]
-                raise error(f"boom ({kind})\\nsecond line")
+            if kind.startswith("late "):
+                self.late = kind[len("late "):]
+            else:
+                _fail(kind)
         self.lin = torch.nn.Linear(in_channels, out_channels)
 
     def forward(self, x, adj, mask):
+        if self.late and self.training and self.evaluated:
+            kind, self.late = self.late, ""
+            _fail(kind)
+        self.evaluated = self.evaluated or not self.training
         return self.lin(adj @ x + x)
+
+
+def _fail(kind):
+    if kind.endswith(" once"):
+        kind, marker = kind[:-len(" once")], os.path.join(os.environ["BOOM_DIR"], "raised")
+        if os.path.exists(marker):
+            kind = ""
+        else:
+            open(marker, "w").close()
+    if kind == "exit":
+        os._exit(1)
+    if kind:
+        error = {"ConfigError": ConfigError, "RuntimeError": RuntimeError}[kind]
+        raise error(f"boom ({kind})\\nsecond line")
 """
 
 
@@ -735,9 +748,11 @@ def _failures(tmp_path) -> list[dict]:
 @pytest.mark.parametrize("kind, error, epochs", [
     ("RuntimeError once", "RuntimeError: boom (RuntimeError)", 1),
     ("exit once", "ActorDiedError: The actor died", 1),  # the worker's process dies
+    # in epoch 2, after epoch 1 was reported: the retry reports epoch 1 again
+    ("late RuntimeError once", "RuntimeError: boom (RuntimeError)", 2),
 ])
 def test_a_search_trial_that_fails_once_is_retried_and_the_study_finishes(
-        kind, error, epochs, ray_env, tmp_path, monkeypatch, capsys):
+        kind, error, epochs, ray_env, tmp_path, monkeypatch, capsys, recwarn):
     """A search trial whose first attempt raises an error a retry may fix, or whose worker
     dies, is recorded and run again (`max_failures`, default 2, as a grid study's): the study
     finishes, exit 0; its rows are the passing attempt's (``attempt`` 2), the failed attempt
@@ -745,8 +760,12 @@ def test_a_search_trial_that_fails_once_is_retried_and_the_study_finishes(
     (before: the trial was stored failed at once and the command exited 1). The arm's
     cv_folds and objective are recorded beside its Optuna study (the rerun check reads them).
     Rows and the failure line carry the attempt's node and created_at, as a grid trial's
-    (before: none and '')."""
+    (before: none and ''). A retry that reports an epoch its failed attempt reported gives
+    Optuna that epoch's value without a warning (before: Optuna's UserWarning "The reported
+    value is ignored because this `step=1` is already reported", the failed attempt's kept)."""
     import json
+
+    import optuna
 
     from ablate.runner.execute.store import Store
 
@@ -762,12 +781,22 @@ def test_a_search_trial_that_fails_once_is_retried_and_the_study_finishes(
         "mine-trial00000", 1, "error")
     assert failure["error"].startswith(error) and "\n" not in failure["error"], failure
     assert failure["created_at"] and "node" in failure, failure
+    if kind.startswith("late"):  # epoch 1 was reported from the node it ran on
+        assert failure["node"] == search.node.iloc[0], failure
     out, err = capsys.readouterr()
     assert "search trial #0 failed (attempt 1 of 3), run again: " + error in err, err[-3000:]
     assert f"search trial #0 finished {epochs} epochs (attempt 2)" in err
     assert ("mine: 1 search trial(s) run again after a failed attempt, 1 passed on a retry"
             in out), out
     assert "search trials failed in this run" not in out
+    told = [str(w.message) for w in recwarn if "optuna" in w.filename or "reported" in
+            str(w.message)]
+    assert not told, told
+    db = tmp_path / "results" / "boom_search" / "mine" / "optuna.db"
+    [trial] = optuna.load_study(study_name="mine", storage=f"sqlite:///{db}").trials
+    # every epoch but the last, which ASHA stops at (max_t): Tune tells it as the value
+    assert sorted(trial.intermediate_values) == list(range(1, epochs))
+    assert trial.state.name == "COMPLETE" and trial.value == search.objective.iloc[0]
     record = tmp_path / "results" / "boom_search" / "mine" / "settings.json"  # its protocol
     assert json.loads(record.read_text()) == {"cv_folds": 0, "objective": "mean"}
 

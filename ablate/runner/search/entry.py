@@ -17,7 +17,8 @@ runs `main`, which per arm
 
 The modules: `search_spec` (the study file and overrides, composed by
 `ablate.runner.study.compose`; arms and space), `trainable` (the Tune trainable),
-`tuning` (Optuna study, Tune run, store rows), `final` (best trial,
+`tuning` (Optuna study, Tune run, store rows), `searcher` (the OptunaSearch
+of a run), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
 this one holds only the entry point (`main`), the dry-run text (`describe`), the checks
 before Ray starts (`_one_config_per_arm`, `_recipe`, `_data_paths`) and the embedded Ray's stop

@@ -316,13 +316,13 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
 
     from ablate.runner.execute.ray_env import tune_storage
     from ablate.runner.execute.tune_callback import (
         retry_only_what_may_pass,
         worker_deaths_as_trial_failures,
     )
+    from ablate.runner.search.searcher import optuna_search
     from ablate.runner.search.trainable import search_trainable
     from ablate.user_code import import_paths
 
@@ -338,8 +338,7 @@ def run_search(spec: SearchSpec, arm: str, store: Store, started: bool = True) -
         f"(Optuna TPE, ASHA), {cfg.epochs} epochs each at most")
     finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
     sampler = optuna.samplers.TPESampler(seed=int(spec.sampler_seed) + finished)
-    searcher = OptunaSearch(space=DefineSpace(space), metric=METRIC, mode=MODE, sampler=sampler,
-                            study_name=arm, storage=storage)
+    searcher = optuna_search(DefineSpace(space), sampler, arm, storage)
     scheduler = ASHAScheduler(time_attr="training_iteration", max_t=cfg.epochs,
                               grace_period=min(int(spec.grace_period), cfg.epochs),
                               reduction_factor=int(spec.reduction_factor))
