@@ -1019,3 +1019,31 @@ def test_a_missing_data_path_is_refused_in_one_line_as_in_a_grid_study(dry_run, 
     out, err = capsys.readouterr()
     assert err.strip() == grid and not out, (out, err)
     assert not results.exists()  # nothing written
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_two_arms_made_alike_by_an_override_are_refused_in_one_line(dry_run, tmp_path,
+                                                                    monkeypatch, capsys):
+    """An override that sets for every arm what told two arms apart (``supervision=unsup`` on
+    threshold_search, whose arms differ by supervision) leaves two arms of the same
+    configuration, which would run the same search twice: one line naming both, exit 2, by
+    its dry run as by its run, before anything is written or Ray starts (before: both arms
+    searched). One of them alone goes on."""
+    from ablate.run import main
+
+    _stop_before_ray(monkeypatch)
+    results = tmp_path / "results"
+    argv = ["study=threshold_search", *TINY, "epochs=2", "supervision=unsup",
+            f"results_dir={results}", *(["dry_run=true"] if dry_run else [])]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    err = err.strip()
+    assert err.startswith("error: arms colors_chebygin_unsup and colors_chebygin_sup are the "
+                          "same configuration") and "\n" not in err and not out, (out, err)
+    assert "arms=colors_chebygin_unsup" in err and not results.exists()
+    alone = [*argv, "arms=colors_chebygin_sup"]
+    if dry_run:
+        assert main(alone) == 0
+    else:
+        with pytest.raises(_RayWouldStart):  # past the checks, as far as starting Ray
+            main(alone)

@@ -21,8 +21,8 @@ The modules: `search_spec` (the study file and overrides, composed by
 of a run), `final` (best trial,
 final evaluation, summary). Each name is imported from the module that defines it;
 this one holds only the entry point (`main`), the dry-run text (`describe`), the checks
-before Ray starts (`_one_config_per_arm`, `_recipe`, `_data_paths`) and the embedded Ray's stop
-(`_stop_ray`).
+before Ray starts (`_distinct_arms`, `_one_config_per_arm`, `_recipe`, `_data_paths`) and the
+embedded Ray's stop (`_stop_ray`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main(name: str, argv: list[str]) -> int:
         build_space(spec.search, arm_config(spec, arm))
         for cfg in (arm_config(spec, arm), *final_jobs(spec, arm, {"params": {}}).values()):
             _recipe(cfg)
+    _distinct_arms(spec)  # two arms alike would run one search twice: one line, exit 2
     notes = _data_paths(spec)  # a missing data.path: one line, exit 2, as in a grid study
     if spec.dry_run:
         print(describe(spec))
@@ -128,6 +129,28 @@ def main(name: str, argv: list[str]) -> int:
         if started:
             _stop_ray(store, embedded=not cluster_address(spec.ray_address))
     return 0
+
+
+def _distinct_arms(spec: SearchSpec) -> None:
+    """Two arms whose search and final configs are the same trials (every axis, data
+    parameter and seed alike: the trial ids of `ablate.runner.study.expand.make_trial`) would
+    run the same search twice, each into an Optuna study of its own, and train the same final
+    rows: refused in one line naming them, before anything is written or Ray starts, a dry run
+    too. Arms a study file tells apart become so when the command line sets for every arm
+    what told them apart (``supervision=unsup`` on threshold_search, ``data.max_train_nodes=
+    300`` on tu_search: dd_weak and dd300_weak)."""
+    from ablate.runner.study.expand import make_trial
+
+    seen: dict[tuple[str, ...], str] = {}
+    for arm in spec.arms:
+        key = tuple(make_trial("graph", cfg).trial_id
+                    for cfg in (arm_config(spec, arm), final_config(spec, arm)))
+        if key in seen:
+            raise ConfigError(
+                f"arms {seen[key]} and {arm} are the same configuration (every axis and data "
+                f"parameter alike, e.g. once an override sets for every arm what told them "
+                f"apart), so both would run the same search; run one of them (arms={seen[key]})")
+        seen[key] = arm
 
 
 def _one_config_per_arm(spec: SearchSpec, store) -> None:
