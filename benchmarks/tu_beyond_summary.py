@@ -22,8 +22,12 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -50,7 +54,7 @@ def fold_difference(pairs: list[tuple], row: dict, base: dict, folds: int) -> di
     return {"mean": float(d.mean()), "lo": lo, "hi": hi, "pairs": len(pairs), "folds": len(d)}
 
 
-def summarise(df) -> dict:
+def summarise(df: pd.DataFrame) -> dict:
     """The per-(data set, backbone) cells and paired differences of a `read_trials` frame of
     a cross-validated study. The k of the CV and each run's fold come from its `data_params`
     (`analysis.variants.cv_folds`); a fold is the pair (partition, fold number)

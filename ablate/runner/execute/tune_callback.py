@@ -245,7 +245,7 @@ def error_line(e: BaseException) -> str:
     return f"{type(cause).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")[:300]
 
 
-def trial_error(trial) -> str:
+def trial_error(trial: TuneTrial) -> str:
     """Why a failed Tune trial failed, in one line: `error_line` of the exception Tune recorded
     (its pickled error: the trainable's own exception inside a Ray task error, or its worker's
     death), else the text of Tune's error file (`_tune_error`)."""
@@ -263,7 +263,7 @@ def trial_error(trial) -> str:
     return _tune_error(trial)
 
 
-def _tune_error(trial) -> str:
+def _tune_error(trial: TuneTrial) -> str:
     """One line describing why the trial's last attempt failed (from Tune's error file)."""
     try:
         path = getattr(trial, "error_file", None)

@@ -12,19 +12,25 @@ table printed at the end of a run.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ablate.runner.execute.ray_env import worker_env
 from ablate.runner.study.search_spec import CHOICES, PARAMS, SearchSpec, arm_config, build_space, final_config
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def stored_rows(store):
+    from ablate.runner.execute.store import Store
+
+
+def stored_rows(store: Store) -> pd.DataFrame:
     """The store's trial rows (`Store.read`); none (an empty frame) before its first trial."""
     import pandas as pd
 
     return store.read() if store.trial_files() else pd.DataFrame()
 
 
-def best_trial(store, arm: str) -> dict | None:
+def best_trial(store: Store, arm: str) -> dict | None:
     """The best unpruned search trial of `arm` in the store (highest objective, the value Optuna
     was told): params, objective, val accuracy mean/std over its members, optuna number."""
     df = stored_rows(store)
@@ -68,7 +74,7 @@ FINAL_RETRIES = 2  # a final config that raises or loses its worker runs again u
 # can run, fails at once)
 
 
-def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]:
+def final_evaluation(spec: SearchSpec, arm: str, best: dict, store: Store) -> list[str]:
     """Train and evaluate the `final_jobs` configs on fresh seeds, every split (Ray tasks);
     a row already in the store with the same config is skipped. A config that raises an
     error a retry may fix (`ablate.errors.retryable`, the rule of grid trials: not a config
@@ -135,7 +141,7 @@ def final_evaluation(spec: SearchSpec, arm: str, best: dict, store) -> list[str]
 
 
 
-def search_failures(df, arm: str) -> dict[int, str]:
+def search_failures(df: pd.DataFrame, arm: str) -> dict[int, str]:
     """The failed search trials of `arm` in a store's rows (`Store.read`): Optuna number ->
     its error in one line (`tune_callback.trial_error`)."""
     if df.empty or "role" not in df:
@@ -144,7 +150,7 @@ def search_failures(df, arm: str) -> dict[int, str]:
     return {int(n): str(g.error.iloc[0]) for n, g in bad.groupby("optuna_trial")}
 
 
-def retries_line(df, arm: str) -> str:
+def retries_line(df: pd.DataFrame, arm: str) -> str:
     """How many search trials of `arm` were run again after a failed attempt (Tune's retries,
     `max_failures`: the stored rows' ``attempt`` > 1) and how many of them passed, in one line;
     '' when none was. Every failed attempt has its line in failures.jsonl, as a grid trial's."""
@@ -168,7 +174,7 @@ def failures_line(arm: str, failures: dict[int, str]) -> str:
     return f"{arm}: {len(failures)} search trial(s) failed: {why}"
 
 
-def summary(spec: SearchSpec, store) -> str:
+def summary(spec: SearchSpec, store: Store) -> str:
     """Per arm: tuned vs reference (and baselines), search val mean +- std, final val/test;
     the arm's failed search trials in one line (`failures_line`), and those run again after a
     failed attempt (`retries_line`)."""

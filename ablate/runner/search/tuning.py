@@ -37,6 +37,7 @@ from ablate.runner.study.search_spec import (
 
 if TYPE_CHECKING:
     import optuna
+    import pandas as pd
     from ray import tune
     from ray.tune.experiment import Trial as TuneTrial
 
@@ -91,7 +92,7 @@ def write_settings(spec: SearchSpec, arm: str) -> None:
         atomic_write(path, lambda f: f.write(data.encode() + b"\n"))
 
 
-def stored_settings(spec: SearchSpec, arm: str, rows) -> dict:
+def stored_settings(spec: SearchSpec, arm: str, rows: pd.DataFrame | None) -> dict:
     """The `OBJECTIVE_SETTINGS` the arm's stored search ran with: its record
     (`settings_path`); for a store written before the record, what its search rows (`rows`,
     the arm's, from `Store.read`) show: ``cv_folds`` from the members' ``fold`` (-1: none),
