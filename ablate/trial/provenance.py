@@ -113,14 +113,17 @@ def git_dirty() -> str:
 
 
 def tree_state(folder: str) -> str:
-    """`git_dirty`'s answer for the checkout holding `folder`."""
+    """`git_dirty`'s answer for the checkout holding `folder`: the state of the code, so the
+    records a benchmark writes into the checkout (`benchmarks/results/`) do not count: a
+    long run that appends to its own record is not "modified" by it."""
     import hashlib
 
+    code = [":(top)", ":(top,exclude)benchmarks/results"]
     try:
         run = lambda *a: subprocess.run(["git", "-C", folder, *a], capture_output=True,  # noqa: E731
                                         timeout=10, check=True).stdout
-        if not run("status", "--porcelain", "--untracked-files=no").strip():
+        if not run("status", "--porcelain", "--untracked-files=no", "--", *code).strip():
             return ""
-        return "dirty:" + hashlib.sha256(run("diff", "HEAD")).hexdigest()[:12]
+        return "dirty:" + hashlib.sha256(run("diff", "HEAD", "--", *code)).hexdigest()[:12]
     except Exception:  # noqa: BLE001 - not a checkout, no git: nothing to say
         return ""
