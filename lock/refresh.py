@@ -3,9 +3,11 @@
     python lock/refresh.py          # writes lock/requirements.in and lock/requirements.lock
 
 torch is left out on purpose: install.sh installs it first, the build that fits the machine
-(CPU or CUDA; a CPU machine never downloads a CUDA build), and nothing else here depends on
-it. Everything else comes from pyproject.toml's ranges (dependencies and the test extra),
-resolved by `uv pip compile --generate-hashes` for Python 3.11 and later on every platform.
+(CPU or CUDA; a CPU machine never downloads a CUDA build). A package that requires torch
+(ogb, of the test extra) does not bring it back: lock/overrides.txt gives torch a marker no
+Python >= 3.11 matches, so the resolver drops it and its CUDA dependencies. Everything else
+comes from pyproject.toml's ranges (dependencies and the test extra), resolved by
+`uv pip compile --generate-hashes` for Python 3.11 and later on every platform.
 The packages whose version shapes data (`ablate.data.SLIC_PINNED`: SLIC's kernels are part of
 the MNIST-75SP recipe) are constrained to the pinned minor for every Python, so one lock gives
 the same recipe hashes and trial ids on 3.11 and 3.12+ (`tests/test_dependencies.py`).
@@ -48,9 +50,13 @@ def main() -> int:
     (HERE / "constraints.txt").write_text(
         "# written by lock/refresh.py: one minor of each package that shapes data, every Python\n"
         + "".join(f"{name}=={minor}.*\n" for name, minor in slic_pinned().items()))
+    (HERE / "overrides.txt").write_text(
+        "# written by lock/refresh.py: torch is install.sh's (a marker no Python >= 3.11 meets)\n"
+        "torch ; python_full_version < '3.11'\n")
     cmd = [uv, "pip", "compile", str(HERE / "requirements.in"), "--generate-hashes",
            "--universal", "--python-version", "3.11", "--no-header", "--quiet",
-           "-c", str(HERE / "constraints.txt"), "-o", str(HERE / "requirements.lock")]
+           "-c", str(HERE / "constraints.txt"), "--overrides", str(HERE / "overrides.txt"),
+           "-o", str(HERE / "requirements.lock")]
     return subprocess.run(cmd, cwd=ROOT).returncode
 
 

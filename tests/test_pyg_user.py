@@ -93,6 +93,19 @@ def test_what_is_checked_before_anything_is_built(user, params, words):
         assert w in str(e.value), str(e.value)
 
 
+def test_nested_kwargs_come_back_from_the_runners_frozen_form():
+    """A study's nested mapping (OGB's `meta_dict`) reaches the class as a mapping again; a
+    list of pairs that was never a mapping (keys out of order) stays as it is."""
+    from ablate.data.pyg_user import kwargs_of
+    from ablate.runner.study.expand import _freeze
+
+    kwargs = {"name": "x", "meta_dict": {"num tasks": "1", "dir_path": "/d", "deep": {"b": 1, "a": 2}},
+              "pairs": [["z", 1], ["a", 2]], "ids": [1, 2]}
+    assert kwargs_of(_freeze(kwargs)) == {
+        "name": "x", "meta_dict": {"dir_path": "/d", "num tasks": "1", "deep": {"a": 2, "b": 1}},
+        "pairs": (("z", 1), ("a", 2)), "ids": (1, 2)}
+
+
 @pytest.mark.parametrize("params, words", [
     ({"target": "nomodule_here:Rings"}, ["no module named 'nomodule_here'"]),
     ({"target": "mygraphs:Ringz"}, ["has no attribute 'Ringz'", "did you mean 'Rings'"]),

@@ -19,6 +19,7 @@ train / valid / test as "train" / "val" / "test_orig"), else the paper's inducti
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -86,15 +87,30 @@ def check_params(params: dict) -> None:
 
 def kwargs_of(value: Any) -> dict:
     """data.kwargs as a dict: a mapping, or the sorted (key, value) pairs a study file's
-    mapping becomes when the runner makes its parameters hashable."""
+    mapping becomes when the runner makes its parameters hashable (nested mappings too)."""
     if value is None:
         return {}
     if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list | tuple) and all(
-            isinstance(p, list | tuple) and len(p) == 2 and isinstance(p[0], str) for p in value):
-        return {k: v for k, v in value}
+        return {k: _thaw(v) for k, v in value.items()}
+    if _is_pairs(value):
+        return {k: _thaw(v) for k, v in value}
     raise ConfigError(f"data.kwargs must be a mapping of keyword arguments, got {value!r}")
+
+
+def _is_pairs(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 and isinstance(p[0], str) for p in value)
+
+
+def _thaw(value: Any) -> Any:
+    """A nested mapping back from the runner's frozen form (sorted, unique (key, value) pairs),
+    e.g. OGB's `meta_dict`; any other value as it is."""
+    if isinstance(value, dict):
+        return {k: _thaw(v) for k, v in value.items()}
+    keys = [p[0] for p in value] if value and _is_pairs(value) else None
+    if keys is not None and keys == sorted(set(keys)):
+        return {k: _thaw(v) for k, v in value}
+    return value
 
 
 def load_target(target: str) -> Any:
@@ -112,7 +128,8 @@ def build(target: str, kwargs: dict | None) -> Any:
     """`target(**kwargs)`: the user's dataset (its own errors become one line)."""
     cls = load_target(target)
     try:
-        dataset = cls(**kwargs_of(kwargs))
+        with pyg_safe_globals():
+            dataset = cls(**kwargs_of(kwargs))
     except Exception as e:  # noqa: BLE001 - the user's constructor: one line, its own words
         text = str(e).strip().splitlines()
         raise ConfigError(f"data.target {target}(**{kwargs_of(kwargs)}) raised {type(e).__name__}: "
@@ -121,6 +138,21 @@ def build(target: str, kwargs: dict | None) -> Any:
         raise ConfigError(f"data.target {target} gave {type(dataset).__name__}, not a non-empty "
                           "sequence of graphs (torch_geometric.data.Data)")
     return dataset
+
+
+def pyg_safe_globals() -> AbstractContextManager:
+    """PyG's own graph containers allowed to torch's weights-only loader while the user's class
+    builds: torch >= 2.6 loads weights-only by default, and a class that saves
+    `InMemoryDataset.collate`'s output and reads it back with a bare `torch.load` (OGB 1.3.6's
+    `PygGraphPropPredDataset`, snap-stanford/ogb#497) fails on `DataEdgeAttr` otherwise. Still
+    the weights-only unpickler: no code runs from the file."""
+    import torch
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
+
+    safe = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+    return safe([DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage]) \
+        if safe is not None else nullcontext()
 
 
 def to_graphset(dataset: Any, target: str) -> GraphSet:
@@ -192,7 +224,8 @@ def _own_split(dataset: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None
     if get is None:
         return None
     try:
-        split = get()
+        with pyg_safe_globals():
+            split = get()
     except Exception as e:  # noqa: BLE001 - the user's method: one line, its own words
         raise ConfigError(f"get_idx_split() of {type(dataset).__name__} raised "
                           f"{type(e).__name__}: {e}") from None
