@@ -141,7 +141,17 @@ def _map(path: Path, offset: int, dtype: np.dtype, shape: tuple, fortran: bool) 
 
 
 def footprint(path: Path) -> dict:
-    """What a prepared recipe weighs: the file's bytes and each split's sizes."""
+    """What a prepared recipe weighs: the file's bytes and each split's sizes (`size_counts`
+    too, read from the memory-mapped node pointers)."""
     meta = read_meta(path)
+    sets = load_splits(path)  # memory-mapped: only the node pointers are read
     return {"bytes": path.stat().st_size,
-            "splits": {s: meta["layout"][s]["footprint"] for s in meta["splits"]}}
+            "splits": {s: {**meta["layout"][s]["footprint"], "sizes": size_counts(sets[s].num_nodes)}
+                       for s in meta["splits"]}}
+
+
+def size_counts(num_nodes: np.ndarray) -> list[list[int]]:
+    """[[N, graphs of N nodes], ...] in increasing N: what makes a split's evaluation batches
+    (`ablate.trial.footprint.eval_nodes`)."""
+    sizes, counts = np.unique(np.asarray(num_nodes, np.int64), return_counts=True)
+    return [[int(a), int(b)] for a, b in zip(sizes, counts)]

@@ -42,9 +42,13 @@ fits; `benchmarks/bench_memory.py` sets both beside real trials at full size.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ablate.config import TrialConfig
 from ablate.models.backbones import is_dense
-from ablate.trial.batches import EVAL_ENTRIES  # adjacency entries of an evaluation batch
+from ablate.trial.batches import EVAL_ENTRIES, _size_groups  # EVAL_ENTRIES: an evaluation batch's
 from ablate.trial.weak import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
 from ablate.trial.weak import LOO_MAX_NODES  # evaluation's leave-one-out skips larger graphs
 
@@ -73,6 +77,51 @@ def operator_units(K: int) -> int:
 # their code, checked against the tensors alive (`tests/test_dense_layers.py`).
 DENSE_UNITS = {"dense_gcn": 6, "dense_gat": 6, "dense_gin": 3, "dense_graph": 3, "dense_sage": 3}
 USER_LAYER_UNITS = 6  # a user's layer: not known here; counted as the most of PyG's five
+GAT_HEADS = 1  # `backbones.build_conv` builds DenseGATConv(in, out): one attention head
+
+
+def train_units(cfg: TrialConfig) -> int:
+    """(B, N, N) float32 tensors of a training batch's size alive at once through a training
+    step, forward and backward, its adjacency A included. The paper's family: the operator
+    (`operator_units`; made once, kept for the backward pass). DenseGATConv keeps for its
+    backward, per layer, the scores before leaky ReLU and the softmax's output ((B, N, N, H)
+    each) and the adjacency's `== 0` mask (bool: a quarter, a half counted); DenseGCNConv its
+    normalised adjacency (and a quarter); then 3 more while the last layer's backward runs
+    (the adjacency with self-loops, the gradients through its (N, N) steps) and A. The
+    others keep none of their own (`DENSE_UNITS`). A user's layer: as DenseGATConv.
+    Measured (`tests/test_footprint.py`): 11.1 (GAT), 7.2 (GCN) of 3 layers; 5.4 + 2.4 a layer."""
+    K = cfg.K or 1
+    if not is_dense(cfg.backbone):
+        return operator_units(K)
+    layers = len(cfg.filters)
+    if cfg.backbone == "dense_gcn":
+        return 4 + math.ceil(layers * 5 / 4)
+    if cfg.backbone == "dense_gat" or cfg.backbone not in DENSE_UNITS:
+        return 4 + math.ceil(layers * (2 * GAT_HEADS + 0.5))
+    return DENSE_UNITS[cfg.backbone]
+
+
+def node_units(cfg: TrialConfig) -> int:
+    """Per node, tensors of the widest layer's width alive at once (the batch's features apart):
+    2K + 2 for the paper's family and a user's layer; DenseGINConv's MLP input: A X, (1 + eps) X
+    and their sum, at the input's width; PyG's others project first (1.3 measured: 2)."""
+    if cfg.backbone == "dense_gin":
+        return 3
+    if cfg.backbone in DENSE_UNITS:
+        return 2
+    return 2 * (cfg.K or 1) + 2
+
+
+def eval_nodes(split: dict, batch: int, entries: int = EVAL_ENTRIES) -> int:
+    """Padded nodes of the split's evaluation batch that holds the most: its graphs sorted by
+    size and cut as `batches._size_groups` cuts them (`batch` graphs, `entries` padded
+    adjacency entries), from the split's `sizes`; small graphs fill a batch (COLLAB's test
+    split: 1,081 graphs of up to 43 nodes, 46,483, where `entries // max_nodes` says 4,065).
+    A footprint without sizes: that of the largest graph's batch."""
+    if "sizes" not in split:
+        return entries // max(split["max_nodes"], 1)
+    sizes = np.repeat(*np.asarray(split["sizes"], np.int64).reshape(-1, 2).T)
+    return max([len(g) * int(sizes[g[-1]]) for g in _size_groups(sizes, batch, entries)] or [0])
 
 
 def dense_units(cfg: TrialConfig) -> int | None:
@@ -132,14 +181,21 @@ def working_set(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
         kept += F32 * members * train["nodes"]
     biggest = max(s["max_nodes"] for s in splits.values())
     entries = max(EVAL_ENTRIES, biggest * biggest)  # the largest evaluation batch's adjacency
-    nodes = entries // max(biggest, 1)  # nodes of that batch
+    # nodes of the evaluation batch with the most (small graphs), or of the largest graph's
+    nodes = max([entries // max(biggest, 1)] + [eval_nodes(s, cfg.test_batch_size)
+                                                 for k, s in splits.items() if k != "train"])
+    channels = max(s["channels"] for s in splits.values())
     points = any(s["points"] for s in splits.values())
     # a test split small enough is kept collated while it is evaluated (`EvalBatches`)
     evaluated = max([_eval_kept(s, keep_entries) for k, s in splits.items()
                      if k not in ("train", "val")] or [0])
     units = dense_units(cfg)
-    phases = [evaluated + batch_bytes(entries, K, points, units)
-              + F32 * nodes * width * (2 * K + 2) * min(members, 8)]
+    phases = [evaluated + batch_bytes(entries, K, points, units) + F32 * nodes * channels
+              + F32 * nodes * width * node_units(cfg) * min(members, 8)]
+    # a training step: the batch's copy, its (B, N, N) tensors and activations kept for backward
+    b, n = min(cfg.batch_size, train["graphs"]), train["max_nodes"]
+    phases.append(F32 * b * n * (n + channels) + F32 * b * n * n * train_units(cfg)
+                  * min(members, 8) + F32 * b * n * width * node_units(cfg) * min(members, 8))
     tests = [s for k, s in splits.items() if k not in ("train", "val") and s.get("gt", True)]
     if not cfg.pool_layers and cfg.loo_auc and tests:  # the batch's A and operator stay
         n = min(LOO_MAX_NODES, max(s["max_nodes"] for s in tests))
