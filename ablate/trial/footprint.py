@@ -10,10 +10,15 @@ holds at a trial's peak (`ablate.trial.batches`, `ablate.trial.evaluate`, `ablat
 - what stays collated: the training split where it fits (`collated_entries`), else one batch;
   the validation batches kept for the curves; weak supervision's per-member targets;
 - the largest of the phases that follow one another (`working_set`):
-  - evaluating the largest batch: (N, N) float32 tensors of its adjacency's size
+  - a training step on the largest training batch: the (B, N, N) tensors the layers keep for
+    the backward pass (`train_units`, counted from the layers' forward passes: most for PyG's
+    DenseGATConv, 11 for 3 layers measured), per member;
+  - evaluating: the largest batch's (N, N) float32 tensors of its adjacency's size
     (`batch_bytes`: A and the stacked propagation operator while it is made, or the float64
     derivation of a point graph's adjacency), and the activations of the members evaluated
-    together;
+    together, over the batch with the most nodes (`eval_nodes`: on COLLAB a batch of a
+    thousand small graphs outweighs the one holding the largest graph; `node_units` tensors a
+    node of the input's width);
   - leave-one-out attention where a test split has ground truth: the batch's adjacency and
     operator, and one chunk of removal copies (`loo_bytes`, `ablate.trial.pack_loo`);
   - weak supervision's model B scoring the training split by leave-one-out: its evaluation
