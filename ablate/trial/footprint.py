@@ -25,6 +25,19 @@ holds at a trial's peak (`ablate.trial.batches`, `ablate.trial.evaluate`, `ablat
     batches and one chunk of removal copies (model B and its batches are gone afterwards);
 - what the heap keeps of earlier phases (`HEAP_KEPT`), and `SLACK`.
 
+Training batches are padded to their own largest graph, so a dense layer's (B, N, N) tensors
+change size from step to step. Those under `ARENA_CHUNK` live in a thread's heaps, which keep
+what a step frees (`tune_allocator`: nothing is trimmed while training), and a later step
+whose tensors do not fit the pieces that earlier, differently sized steps left takes fresh
+heap pages beside them. COLLAB's dense_gat trained on every graph (batches of 32 padded to up
+to 492 nodes, a set of `train_units` 355 MB) in a thread: between steps the heaps held up to
+909 MB free beside 386 MB in use (mallinfo2, 3 epochs; `malloc_trim` afterwards gave 980 MB
+back), i.e. 2.8 sets beyond the ~300 MB kept collated, where `train_units` counts one: the
+training phase counts `HEAP_STEPS` more (`train_kept`). The peak follows the order in which
+sizes come and what the heap held before, so it varies from run to run: 1468 to 1896 MB
+(median 1588) in five runs of the same trial through the runner, declared 1792 MB before this
+term (`benchmarks/bench_memory_dense.py`, benchmarks/results/cpu-2026-12-02-memory-dense/).
+
 A Tune trial runs in a thread (its function trainable's), whose glibc arena maps a tensor of
 `ARENA_CHUNK` or more and unmaps it when it is freed: such tensors count while alive. Smaller
 ones live in the arena's heaps, which keep freed pages (`ablate.trial.setup.tune_allocator`)
@@ -63,6 +76,7 @@ POINT_UNITS = 8  # point graphs' adjacency made in float64: (N, N, 2) difference
 PAD = 1.25  # padded (N, N) entries of size-sorted evaluation batches over the sum of N^2
 ARENA_CHUNK = 64 << 20  # a thread's arena maps tensors from this size on (glibc's heap size)
 HEAP_KEPT = 64 << 20  # what release_free_heap cannot give back: the top of a thread's heap
+HEAP_STEPS = 2  # freed sets of a dense training step's (B, N, N) tensors the heaps keep
 SLACK = 1.25  # allocator fragmentation and what this sum leaves out
 
 
@@ -104,6 +118,13 @@ def train_units(cfg: TrialConfig) -> int:
     if cfg.backbone == "dense_gat" or cfg.backbone not in DENSE_UNITS:
         return 4 + math.ceil(layers * (2 * GAT_HEADS + 0.5))
     return DENSE_UNITS[cfg.backbone]
+
+
+def train_kept(cfg: TrialConfig, entries: int) -> int:
+    """Sets of a training step's (B, N, N) tensors (`train_units`, `entries` each) the heaps
+    keep beside the step's own: `HEAP_STEPS` for PyG's dense layers whose tensors a heap holds
+    (under `ARENA_CHUNK`), none for the paper's family (its steps on D&D: covered, see above)."""
+    return HEAP_STEPS if is_dense(cfg.backbone) and F32 * entries < ARENA_CHUNK else 0
 
 
 def node_units(cfg: TrialConfig) -> int:
@@ -199,8 +220,9 @@ def working_set(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
               + F32 * nodes * width * node_units(cfg) * min(members, 8)]
     # a training step: the batch's copy, its (B, N, N) tensors and activations kept for backward
     b, n = min(cfg.batch_size, train["graphs"]), train["max_nodes"]
-    phases.append(F32 * b * n * (n + channels) + F32 * b * n * n * train_units(cfg)
-                  * min(members, 8) + F32 * b * n * width * node_units(cfg) * min(members, 8))
+    step = F32 * b * n * n * train_units(cfg) * min(members, 8)
+    phases.append(F32 * b * n * (n + channels) + step + step * train_kept(cfg, b * n * n)
+                  + F32 * b * n * width * node_units(cfg) * min(members, 8))
     tests = [s for k, s in splits.items() if k not in ("train", "val") and s.get("gt", True)]
     if not cfg.pool_layers and cfg.loo_auc and tests:  # the batch's A and operator stay
         n = min(LOO_MAX_NODES, max(s["max_nodes"] for s in tests))
