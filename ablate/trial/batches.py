@@ -230,7 +230,7 @@ class EvalBatches(Sequence):
     def __init__(self, gs: GraphSet, batch_size: int, device: torch.device | str,
                  max_entries: int, keep_entries: int):
         self.gs, self.device = gs, torch.device(device)
-        self.groups = _size_groups(gs.num_nodes, batch_size, max_entries)
+        self.groups = size_groups(gs.num_nodes, batch_size, max_entries)
         padded = sum(len(ids) * int(gs.num_nodes[ids].max()) ** 2 for ids in self.groups)
         keep = gs.points or padded <= keep_entries
         self.kept = ([collate(gs, ids, adjacency=False).to(self.device) for ids in self.groups]
@@ -281,7 +281,7 @@ def release_free_heap() -> None:
 _MALLOC_TRIM = None  # libc's malloc_trim, False where there is none
 
 
-def _size_groups(sizes: np.ndarray, batch_size: int, max_entries: int) -> list[np.ndarray]:
+def size_groups(sizes: np.ndarray, batch_size: int, max_entries: int) -> list[np.ndarray]:
     """Graph ids sorted by size, cut into batches of at most `batch_size` graphs and
     `max_entries` padded adjacency entries, never straddling `SIZE_BREAK`."""
     order = np.argsort(sizes, kind="stable")

@@ -66,7 +66,7 @@ import numpy as np
 
 from ablate.config import TrialConfig
 from ablate.models.backbones import is_dense
-from ablate.trial.batches import EVAL_ENTRIES, _size_groups  # EVAL_ENTRIES: an evaluation batch's
+from ablate.trial.batches import EVAL_ENTRIES, size_groups  # EVAL_ENTRIES: an evaluation batch's
 from ablate.trial.weak import CHUNK_ENTRIES as LOO_ENTRIES  # a leave-one-out chunk's entries
 from ablate.trial.weak import LOO_MAX_NODES  # evaluation's leave-one-out skips larger graphs
 
@@ -140,14 +140,14 @@ def node_units(cfg: TrialConfig) -> int:
 
 def eval_nodes(split: dict, batch: int, entries: int = EVAL_ENTRIES) -> int:
     """Padded nodes of the split's evaluation batch that holds the most: its graphs sorted by
-    size and cut as `batches._size_groups` cuts them (`batch` graphs, `entries` padded
+    size and cut as `batches.size_groups` cuts them (`batch` graphs, `entries` padded
     adjacency entries), from the split's `sizes`; small graphs fill a batch (COLLAB's test
     split: 1,081 graphs of up to 43 nodes, 46,483, where `entries // max_nodes` says 4,065).
     A footprint without sizes: that of the largest graph's batch."""
     if "sizes" not in split:
         return entries // max(split["max_nodes"], 1)
     sizes = np.repeat(*np.asarray(split["sizes"], np.int64).reshape(-1, 2).T)
-    return max([len(g) * int(sizes[g[-1]]) for g in _size_groups(sizes, batch, entries)] or [0])
+    return max([len(g) * int(sizes[g[-1]]) for g in size_groups(sizes, batch, entries)] or [0])
 
 
 def dense_units(cfg: TrialConfig) -> int | None:
