@@ -120,11 +120,21 @@ def train_units(cfg: TrialConfig) -> int:
     return DENSE_UNITS[cfg.backbone]
 
 
-def train_kept(cfg: TrialConfig, entries: int) -> int:
+def train_kept(cfg: TrialConfig, entries: int, train: dict | None = None) -> int:
     """Sets of a training step's (B, N, N) tensors (`train_units`, `entries` each) the heaps
-    keep beside the step's own: `HEAP_STEPS` for PyG's dense layers whose tensors a heap holds
-    (under `ARENA_CHUNK`), none for the paper's family (its steps on D&D: covered, see above)."""
-    return HEAP_STEPS if is_dense(cfg.backbone) and F32 * entries < ARENA_CHUNK else 0
+    keep beside the step's own: for PyG's dense layers whose tensors a heap holds (under
+    `ARENA_CHUNK`), up to `HEAP_STEPS`, one fewer than the training split's distinct graph
+    sizes whose padded steps weigh at least half the largest's (steps of one size reuse the
+    pieces the last one freed; steps of other sizes take fresh pages beside them); `HEAP_STEPS`
+    where the split's `sizes` are unknown. None for the paper's family (its steps on D&D:
+    covered, see above)."""
+    if not is_dense(cfg.backbone) or F32 * entries >= ARENA_CHUNK:
+        return 0
+    if not train or "sizes" not in train:
+        return HEAP_STEPS
+    n = np.asarray(train["sizes"], np.int64).reshape(-1, 2)[:, 0]
+    big = int(np.count_nonzero(2 * n * n >= int(n.max(initial=0)) ** 2))
+    return min(HEAP_STEPS, max(big - 1, 0))
 
 
 def node_units(cfg: TrialConfig) -> int:
@@ -221,7 +231,7 @@ def working_set(cfgs: list[TrialConfig], data: dict, precollate_entries: int,
     # a training step: the batch's copy, its (B, N, N) tensors and activations kept for backward
     b, n = min(cfg.batch_size, train["graphs"]), train["max_nodes"]
     step = F32 * b * n * n * train_units(cfg) * min(members, 8)
-    phases.append(F32 * b * n * (n + channels) + step + step * train_kept(cfg, b * n * n)
+    phases.append(F32 * b * n * (n + channels) + step + step * train_kept(cfg, b * n * n, train)
                   + F32 * b * n * width * node_units(cfg) * min(members, 8))
     tests = [s for k, s in splits.items() if k not in ("train", "val") and s.get("gt", True)]
     if not cfg.pool_layers and cfg.loo_auc and tests:  # the batch's A and operator stay
