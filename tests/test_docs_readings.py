@@ -4,6 +4,7 @@ them are checked by `python benchmarks/tables.py --check`; these sentences are n
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,13 @@ def test_beyond_md_says_which_sets_clear_the_fold_level_interval():
     assert clear & complete == {"tu:ENZYMES"} and clear - complete == {"tu:NCI1"}
     text = _text("beyond.md")
     assert "ENZYMES (6 classes) is the one complete set where the differences clear" in text
+    nci1 = {r["backbone"]: r["diffs"] for r in doc["rows"] if r["dataset"] == "tu:NCI1"}
+    for backbone in ("chebygin", "dense_gin"):  # the NCI1 bullet's four differences
+        for row in ("weak", "unsup"):
+            d = nci1[backbone][row]
+            assert d["folds"] == 4, (backbone, row)
+            assert re.search(rf"{-d['mean']:.1f} (points )?below", text), (backbone, row)
+            assert f"({d['lo']:.1f} to {d['hi']:.1f})" in text, (backbone, row)
 
 
 def test_fidelity_md_reads_the_one_run_seeds_as_their_records_say():
