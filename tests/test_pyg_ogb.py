@@ -19,11 +19,11 @@ import importlib.util
 import json
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _pyg_study import pyg_study
 
 from ablate.data import load_graphsets
 from ablate.errors import ConfigError
@@ -152,16 +152,7 @@ def test_a_tiny_study_on_ogbs_class_runs_through_ray(ogb_env, ray_env, monkeypat
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shadow.parent), os.environ["PYTHONPATH"]]))
     data = {"target": OGB, "kwargs": {"name": "tiny-ogb", "meta_dict": meta}}
     study = ogb_env / "ogb.yaml"
-    study.write_text(textwrap.dedent("""
-        description: OGB's class on a tiny local folder
-        fixed: {dataset: pyg, backbone: chebygin, epochs: 2}
-        variants:
-          - {pool_layers: []}
-          - {pool_layers: [2], supervision: weak, threshold: 0.001, kl_weight: 1.0}
-        seeds: "range(0,2)"
-        seeds_per_trial: 2
-        max_failures: 0
-        """) + f"data: {json.dumps(data)}\n")
+    study.write_text(pyg_study("OGB's class on a tiny local folder", f"data: {json.dumps(data)}"))
     out = ogb_env / "results"
     assert main([f"study={study}", f"results_dir={out}"]) == 0
     df = read_trials(str(out), "ogb")

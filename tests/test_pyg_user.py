@@ -5,11 +5,11 @@ study file in the user's own folder, through a real local Ray."""
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _pyg_study import pyg_study
 
 from ablate.data import load_graphsets, resolve_params
 from ablate.errors import ConfigError
@@ -130,18 +130,9 @@ def test_a_study_file_in_the_users_folder_runs_through_ray(user, ray_env, capsys
     from ablate.run import main
     from ablate.runner.execute.store import read_trials
 
-    study = textwrap.dedent("""
-        description: a user's PyG dataset
-        fixed: {dataset: pyg, backbone: chebygin, epochs: 2}
-        data: {target: "mygraphs:Rings", kwargs: {n: 48}, protocol: cv, folds: 4}
-        grid: {data.fold: [0, 1]}
-        variants:
-          - {pool_layers: []}
-          - {pool_layers: [2], supervision: weak, threshold: 0.001, kl_weight: 1.0}
-        seeds: "range(0,2)"
-        seeds_per_trial: 2
-        max_failures: 0
-        """)
+    study = pyg_study("a user's PyG dataset",
+                      'data: {target: "mygraphs:Rings", kwargs: {n: 48}, protocol: cv, folds: 4}\n'
+                      "grid: {data.fold: [0, 1]}")
     (user / "mine.yaml").write_text(study)
     out = user / "results"
     assert main(["study=./mine.yaml", "data.target=mygraphs:Nope", "dry_run=true",
