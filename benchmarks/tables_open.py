@@ -137,8 +137,9 @@ def tu_beyond() -> str:
         f"\n\nTest accuracy (%) on the held-out fold, mean ± std over folds x seeds (n); the "
         f"differences pair the runs of one fold and seed, average them per fold (its seeds share "
         f"its test graphs) and give the corrected resampled t interval over the folds (Nadeau "
-        f"& Bengio 2003: the folds' training sets overlap, so the variance of the mean is "
-        f"(1/k + 1/(k - 1)) s², not s²/k, with k = {_ks(doc)}). {doc['done']} of "
+        f"& Bengio 2003: the folds' training sets overlap, so the variance of the mean of m "
+        f"folds' differences is (1/m + 1/(k - 1)) s², not s²/m; m: the folds in brackets, k = "
+        f"{_ks(doc)} the CV's). {doc['done']} of "
         f"{doc['planned']} trials finished. Source: "
         f"`benchmarks/results/{BEYOND}` (`{doc['command']}` on the store made by "
         f"{doc.get('ran', 'study=tu_beyond')}; {doc['commits']}; {doc['machine']}).\n")

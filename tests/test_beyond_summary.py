@@ -75,3 +75,23 @@ def test_summary_refuses_a_store_that_is_not_cross_validated():
     df["data_params"] = "{}"
     with pytest.raises(SystemExit, match="not folds"):
         mod.summarise(df)
+
+
+def test_the_tables_note_divides_by_the_folds_paired_not_the_cvs_k(tmp_path, monkeypatch):
+    """A row paired over 4 folds of a 10-fold CV has variance (1/4 + 1/9) s² (`fold_difference`):
+    the note's first term is the folds paired (m, in brackets), k only in 1/(k - 1)."""
+    import json
+
+    tables = benchmark("tables_open")
+    cell = {"mean": 80.0, "std": 1.0, "n": 8, "folds": 4}
+    doc = {"rows": [{"dataset": "tu:X", "backbone": "gin", "k": 10, "cells": {"global": cell},
+                     "diffs": {"weak": {"mean": -1.0, "lo": -2.0, "hi": 0.0, "pairs": 8,
+                                        "folds": 4}}}],
+           "done": 8, "planned": 24, "command": "c", "commits": "commits x", "machine": "m"}
+    (tmp_path / tables.BEYOND).parent.mkdir(parents=True)
+    (tmp_path / tables.BEYOND).write_text(json.dumps(doc))
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    text = tables.tu_beyond()
+    assert "(4 folds)" in text
+    assert "(1/m + 1/(k - 1)) s², not s²/m" in text and "k = 10" in text
+    assert "1/k +" not in text
