@@ -250,8 +250,8 @@ def test_a_test_split_kept_collated_while_evaluated_is_counted():
 
 def test_heaps_keep_freed_dense_steps_only_where_training_steps_differ_in_size():
     """A dense layer's training steps of one padded size reuse what the last one freed; steps
-    of several large sizes leave freed sets beside each other (measured on COLLAB: up to 2.8
-    sets). Unknown sizes count the most."""
+    of several large sizes leave freed sets beside each other (COLLAB's dense_gat peaks:
+    docs/performance.md). Unknown sizes count the most."""
     cfg = resolve(TrialConfig(dataset="dd", backbone="dense_gat", device="cpu", pool_layers=()))
     one = {"sizes": [[20, 39], [1000, 1]]}
     many = {"sizes": [[20, 39], [750, 2], [800, 1], [1000, 1]]}  # 750: over half 1000^2

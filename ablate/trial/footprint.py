@@ -29,14 +29,13 @@ Training batches are padded to their own largest graph, so a dense layer's (B, N
 change size from step to step. Those under `ARENA_CHUNK` live in a thread's heaps, which keep
 what a step frees (`tune_allocator`: nothing is trimmed while training), and a later step
 whose tensors do not fit the pieces that earlier, differently sized steps left takes fresh
-heap pages beside them. COLLAB's dense_gat trained on every graph (batches of 32 padded to up
-to 492 nodes, a set of `train_units` 355 MB) in a thread: between steps the heaps held up to
-909 MB free beside 386 MB in use (mallinfo2, 3 epochs; `malloc_trim` afterwards gave 980 MB
-back), i.e. 2.8 sets beyond the ~300 MB kept collated, where `train_units` counts one: the
-training phase counts `HEAP_STEPS` more (`train_kept`). The peak follows the order in which
-sizes come and what the heap held before, so it varies from run to run: 1468 to 1896 MB
-(median 1588) in five runs of the same trial through the runner, declared 1792 MB before this
-term (`benchmarks/bench_memory_dense.py`, benchmarks/results/cpu-2026-12-02-memory-dense/).
+heap pages beside them: where `train_units` counts one set, the training phase counts
+`HEAP_STEPS` more (`train_kept`). The peak follows the order in which sizes come and what the
+heap held before, so it varies from run to run: COLLAB's dense_gat trained on every graph
+(batches of 32 padded to up to 492 nodes, a set of `train_units` 355 MB) peaked at 1468 to
+1896 MB (median 1588) in five runs of the same trial through the runner, declared 1280 MB (the
+first) and 1792 MB (the other four) before this term (`benchmarks/bench_memory_dense.py`,
+benchmarks/results/cpu-2026-12-02-memory-dense/).
 
 A Tune trial runs in a thread (its function trainable's), whose glibc arena maps a tensor of
 `ARENA_CHUNK` or more and unmaps it when it is freed: such tensors count while alive. Smaller
