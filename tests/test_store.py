@@ -251,3 +251,20 @@ def test_a_run_keeps_its_study_file_under_its_lock(tmp_path, monkeypatch, capsys
     assert main(["study=smoke", f"results_dir={root}"]) == 3  # the disk-full line, exit 3
     assert seen[0] == "lock" and len(seen[1]) == 1, seen  # kept again under B's lock
     assert "No space left" in capsys.readouterr().out
+
+
+def test_a_failure_line_has_one_set_of_fields_for_every_caller(tmp_path):
+    """failures.jsonl's fields are the store's, not each caller's (grid: `StoreCallback`,
+    search: `tuning.store_writer`): a caller that does not know a node writes ''."""
+    import json
+
+    from ablate.runner.execute.store import FAILURES
+
+    store = Store(tmp_path, "s")
+    store.log_failure("t1", 1, "error", "RuntimeError: boom", "10.0.0.7", "2026-12-02T00:00:00")
+    store.log_failure("t2", 2, "nan", "loss is NaN")
+    one, two = (json.loads(x) for x in (store.dir / FAILURES).read_text().splitlines())
+    assert set(one) == set(two) == {"time", "trial_id", "attempt", "status", "error", "node",
+                                    "created_at"}
+    assert (one["node"], one["created_at"], two["node"], two["created_at"]) == \
+        ("10.0.0.7", "2026-12-02T00:00:00", "", "")

@@ -184,9 +184,14 @@ class Store:
             atomic_write(target, lambda f: f.write(data))
         return target
 
-    def log_failure(self, entry: dict) -> None:
-        """Append one failed attempt to failures.jsonl (history; the trial file holds the latest)."""
+    def log_failure(self, trial_id: str, attempt: int, status: str, error: str, node: str = "",
+                    created_at: str = "") -> None:
+        """Append one failed attempt to failures.jsonl (history; the trial file holds the
+        latest), a grid and a search trial's alike: its node ('' where not known) and its
+        rows' `created_at`."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        entry = {"trial_id": trial_id, "attempt": attempt, "status": status, "error": error,
+                 "node": node, "created_at": created_at}
         line = json.dumps({"time": now_iso(), **entry}, default=str)
         with open(self.dir / FAILURES, "a") as f:
             f.write(line + "\n")

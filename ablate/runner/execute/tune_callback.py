@@ -203,9 +203,8 @@ class StoreCallback(tune.Callback):
     def _log(self, tid: str, attempt: int, status: str, error: str, meta: dict) -> None:
         """The failed attempt's line in failures.jsonl: its node and its rows' created_at."""
         try:
-            self.store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
-                                    "error": error, "node": meta.get("node", ""),
-                                    "created_at": self.created_at.get(tid, "")})
+            self.store.log_failure(tid, attempt, status, error, meta.get("node", ""),
+                                   self.created_at.get(tid, ""))
         except OSError as e:
             from ablate.runner.execute.store import write_error
 

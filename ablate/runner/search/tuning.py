@@ -257,9 +257,7 @@ def store_writer(store: Store, spec: SearchSpec, arm: str, epochs: int,
                      "node": attempt_node(trial, res)}
             store.write(tid, rows, extra=extra)
             if status != "ok":
-                store.log_failure({"trial_id": tid, "attempt": attempt, "status": status,
-                                   "error": error, "node": extra["node"],
-                                   "created_at": extra["created_at"]})
+                store.log_failure(tid, attempt, status, error, extra["node"], extra["created_at"])
             m, s = divmod(int(time.time() - t0), 60)
             if not final:
                 self.retries += 1
