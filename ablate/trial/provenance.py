@@ -106,9 +106,10 @@ def git_sha() -> str:
 
 @functools.cache
 def git_dirty() -> str:
-    """'' when the checkout that holds this code has no uncommitted change to tracked files,
-    else 'dirty:' and the first 12 hex digits of the SHA-256 of `git diff HEAD` (asked once per
-    process, like `git_sha`; '' outside a git checkout)."""
+    """'' when the checkout that holds this code has no uncommitted change to tracked files
+    outside benchmarks/results/ (`tree_state`), else 'dirty:' and the first 12 hex digits of
+    the SHA-256 of their `git diff HEAD` (asked once per process, like `git_sha`; '' outside a
+    git checkout)."""
     return tree_state(os.path.dirname(os.path.abspath(__file__)))
 
 
