@@ -84,3 +84,19 @@ def test_the_beyond_study_keeps_the_ids_its_first_trials_were_stored_with():
     keeps their data maps its digest (`ablate.data.SAME_DATA`), so a rerun resumes them."""
     study, _ = build_study("tu_beyond", ["data.path=/tmp/tufix"])
     assert (study.trials[0].trial_id, study.trials[-1].trial_id) == ("a625d7cf576f", "3ac645abebd6")
+
+
+def test_a_kind_built_on_the_graph_kind_has_ids_of_its_own():
+    """A user's `kind: mykinds:KIND` subclassing GraphKind (usage.md) under its own name: its
+    trials are not the graph kind's, so a store of graph trials never counts them as done
+    (before, the subclass inherited the graph ids and a rerun skipped every trial)."""
+    from ablate.trial.graph import KIND, GraphKind
+
+    class Mine(GraphKind):
+        name = "mine"
+
+    cfg = resolve(TrialConfig(dataset="colors", backbone="gin", seeds=(0,)))
+    graph_id = KIND.trial_id(cfg, "d")
+    assert graph_id == trial_id(cfg, "d")  # the graph kind's ids are unchanged
+    assert Mine().trial_id(cfg, "d") != graph_id
+    assert Mine().trial_id(cfg, "d") == Mine().trial_id(cfg, "d")

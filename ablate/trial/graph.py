@@ -22,7 +22,7 @@ from ablate.trial import packed
 from ablate.trial.batches import TrainBatches, eval_batches
 from ablate.trial.evaluate import evaluate, loo_plan, pool_test_auc
 from ablate.trial.fit import fit
-from ablate.trial.kind import TrialKind, TrialResult
+from ablate.trial.kind import TrialKind, TrialResult, stable_hash
 from ablate.trial.provenance import peak_gpu_mb, peak_rss_mb, provenance, reset_peak_rss, start_gpu_peak
 from ablate.trial.setup import init_cosine, model_sizes, pick_device, prepare_process, seeded_model
 from ablate.trial.weak import weak_targets
@@ -173,7 +173,10 @@ class GraphKind(TrialKind):
         return dataset_recipe_hash(cfg.dataset, cfg.data_kwargs)
 
     def trial_id(self, cfg: TrialConfig, data_hash: str | None) -> str:
-        return trial_id(cfg, data_hash)
+        tid = trial_id(cfg, data_hash)  # the graph kind's ids, as every store holds them
+        # a kind built on this one under another name (a user's `kind: mykinds:KIND`) runs other
+        # trials: ids of its own, so the graph kind's stored trials never count as its own
+        return tid if self.name == GraphKind.name else stable_hash({"kind": self.name, "graph": tid})
 
     def run(self, cfg: TrialConfig) -> TrialResult:
         return run_trial_full(cfg)
