@@ -597,11 +597,14 @@ MEMORY_LOGS = ["cpu-2026-11-26-memory/bench_memory.log", "cpu-2026-11-27-memory/
                "cpu-2026-11-28-memory-mnist/bench_memory.log",
                "cpu-2026-11-28-memory-full/bench_memory.log",
                "cpu-2026-12-02-memory-collab/bench_memory.log",
-               "cpu-2026-12-02-memory-after-folds/bench_memory.log"]
+               "cpu-2026-12-02-memory-after-folds/bench_memory.log",
+               "cpu-2026-12-02-memory-recheck/bench_memory_dd.log",
+               "cpu-2026-12-02-memory-recheck/bench_memory_collab.log",
+               "cpu-2026-12-02-memory-recheck/bench_memory_mnist_sp.log"]
 
 
 # end-to-end runs also come from logs whose preparation lines were cache hits (not first use)
-E2E_LOGS = [*MEMORY_LOGS, "cpu-2026-11-28-memory-runner/bench_memory_dd.log"]
+E2E_LOGS = [*MEMORY_LOGS[:-3], "cpu-2026-11-28-memory-runner/bench_memory_dd.log", *MEMORY_LOGS[-3:]]
 
 
 MEMORY_NAMES = {"colors": "COLORS", "triangles": "TRIANGLES",
