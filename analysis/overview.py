@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.load import AXES, Study
-from analysis.variants import MAX_ROW_VALUES
+from analysis.load import AXES, NO_LR_DROP, Study
+from analysis.variants import ATTENTION_AXES, MAX_ROW_VALUES
 
 DESCRIBED_AXES = tuple(a for a in AXES if a != "seeds")
 
@@ -73,8 +73,22 @@ def _numbers_first(text: str) -> tuple:
         return (1 + (text == "default"), 0.0, text)
 
 
+def _used_values(df: pd.DataFrame, axis: str) -> pd.Series:
+    """`axis`'s column on the rows whose trial uses it: an attention axis (`ATTENTION_AXES`:
+    global-pool rows store the defaults, which train nothing) on rows with attention, and
+    `lr_timing` on rows whose trial drops an LR (the others read `NO_LR_DROP`); every row
+    for any other axis. A value a row does not use is no part of the study's design."""
+    col = df[axis]
+    if axis in ATTENTION_AXES and "pool_layers" in df.columns:
+        col = col[df["pool_layers"] != ""]
+    if axis == "lr_timing":
+        col = col[col.astype(str) != NO_LR_DROP]
+    return col
+
+
 def overview(study: Study) -> Overview:
-    """What varied, ok/failed/missing counts and the missing pieces of a study."""
+    """What varied (an axis with two or more values among the rows that use it:
+    `_used_values`), ok/failed/missing counts and the missing pieces of a study."""
     df = study.trials
     varied = []
     for a in DESCRIBED_AXES:
@@ -82,7 +96,7 @@ def overview(study: Study) -> Overview:
             varied += _data_params_varied(df[a])
             continue
         if a in df.columns:
-            vals = df[a].dropna().unique()
+            vals = _used_values(df, a).dropna().unique()
             if len(vals) > 1:
                 if len(vals) > MAX_ROW_VALUES and pd.api.types.is_numeric_dtype(df[a]):
                     varied.append(f"{a}: {len(vals)} values in [{np.min(vals):g}, "

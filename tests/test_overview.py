@@ -25,3 +25,55 @@ def test_folds_that_are_not_a_range_are_listed():
 def test_numbers_are_listed_in_numeric_order():
     got = data_params_varied(_texts({"n_train": 500}, {"n_train": 1000}, {"n_train": 20}, {}))
     assert got == ["data.n_train: 20, 500, 1000, default"]
+
+
+def _study(tmp_path, trials: dict[str, dict]):
+    """A study of one row per (trial, seed) with the given axes, read as the report reads it."""
+    from analysis.load import load_store
+    from analysis.synthetic import trial_record, write_trials
+
+    write_trials(tmp_path / "res", "s", [
+        trial_record(trial_id=tid, seed=s, seeds="0,1", epochs=3, **axes)
+        for tid, axes in trials.items() for s in (0, 1)])
+    (study,) = load_store(tmp_path / "res")
+    return study
+
+
+GLOBAL = dict(pool_layers="", supervision="unsup", kl_weight=100.0, lr_decay_epochs="",
+              lr_timing="published")
+
+
+def test_settings_global_pooling_does_not_use_are_not_listed_as_varied(tmp_path):
+    """Global pool vs weak attention (a user's study: kl_weight set in the attention arm only,
+    3 epochs so no LR drop): global pooling stores the default attention settings, which
+    train nothing, and its lr_timing reads "(none)" (no drop); neither is the design."""
+    from analysis.overview import overview
+
+    study = _study(tmp_path, {
+        "global": GLOBAL,
+        "weak": dict(pool_layers="2", supervision="weak", kl_weight=1.0, lr_decay_epochs="",
+                     lr_timing="published")})
+    assert overview(study).varied == ["pool_layers: (none), 2", "seed: 2 seeds (0–1)"]
+
+
+def test_a_setting_that_varies_among_the_rows_that_use_it_is_listed_with_those_values(tmp_path):
+    from analysis.overview import overview
+
+    weak = dict(pool_layers="2", supervision="weak", lr_decay_epochs="2")
+    study = _study(tmp_path, {
+        "global": GLOBAL,
+        "weak_1": dict(weak, kl_weight=1.0, lr_timing="early"),
+        "weak_10": dict(weak, kl_weight=10.0, lr_timing="published")})
+    varied = overview(study).varied
+    assert "kl_weight: 1.0, 10.0" in varied
+    assert "lr_timing: early, published" in varied
+    assert not any(v.startswith("supervision") for v in varied), varied
+
+
+def test_the_attention_axes_are_the_settings_global_pooling_does_not_use():
+    """`analysis.variants.ATTENTION_AXES` (the analysis imports nothing from ablate) mirrors
+    `ablate.config.inapplicable` of a global-pool trial."""
+    from ablate.config import TrialConfig, inapplicable, resolve
+    from analysis.variants import ATTENTION_AXES
+
+    assert inapplicable(resolve(TrialConfig(pool_layers=()))) == ATTENTION_AXES
