@@ -371,6 +371,9 @@ def main() -> None:
     from ablate.trial.provenance import tree_state
 
     dirty = tree_state(str(ROOT))  # ablate's one rule: '' clean, else 'dirty:' + the diff's hash
+    from benchmarks.suite_time import machine
+
+    cpu = machine()  # CPU model, vector unit, torch version
     authors_commit = None
     if args.authors is not None:
         authors_commit = subprocess.run(["git", "-C", str(args.authors), "rev-parse", "HEAD"],
@@ -402,6 +405,9 @@ def main() -> None:
                        # work shared them and `seconds` is not a one-core cost
                        "load_1min": round(os.getloadavg()[0], 2),
                        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                       # float rounding, and so a trained model's digits, follow the vector unit
+                       # torch's kernels use (AVX2 and AVX-512 give different COLLAB weak runs)
+                       **{k: cpu[k] for k in ("cpu", "vector", "torch") if k in cpu},
                        "command": " ".join(sys.argv)}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(rec) + "\n")
