@@ -26,8 +26,8 @@ from result_store.encodings import native_value
 
 # The schema version this code writes and reads (and every version below it). v2 added the
 # GPU provenance columns (`since=2`); a v1 file lacks them and reads with them null. v3 added
-# `git_dirty` (`since=3`), v4 `dataset_source` (`since=4`).
-VERSION = 4
+# `git_dirty` (`since=3`), v4 `dataset_source` (`since=4`), v5 `cpu_capability` (`since=5`).
+VERSION = 5
 META_VERSION, META_KIND, META_PART = b"ablate.schema_version", b"ablate.kind", b"ablate.part"
 KINDS = ("graph", "sdc")
 PARTS = ("trials", "curves")
@@ -190,6 +190,9 @@ COLUMNS: tuple[Column, ...] = (
     _c("torch_version", _S, "torch version of the trainer"),
     _c("pyg_version", _S, "torch_geometric version of the trainer"),
     _c("host", _S, "the trainer's host name"),
+    _c("cpu_capability", _S, "the vector unit torch's CPU kernels used on the trainer's host "
+       "(`torch.backends.cpu.get_cpu_capability()`: AVX2, AVX512, DEFAULT, ...; a CUDA trial "
+       "names its host's): CPU results are bit-identical only on the same one", since=5),
     _c("gpu_name", _S, "the GPU the trial trained on (\"\" = a CPU)", since=2),
     _c("cuda_version", _S, "CUDA version of the trainer's torch build (\"\" = a CPU)", since=2),
     _c("gpu_driver", _S, "NVIDIA driver version (\"\" = a CPU, or nvidia-smi absent)",

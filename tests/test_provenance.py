@@ -1,5 +1,5 @@
-"""What ran where: GPU name, CUDA and driver versions and peak GPU memory in every trial's
-records, declared in the store's schema (files written before them still read), and shown by
+"""What ran where: the CPU's vector unit, GPU name, CUDA and driver versions and peak GPU memory
+in every trial's records, declared in the store's schema (files written before them still read), and shown by
 the report's status section."""
 
 import os
@@ -25,6 +25,28 @@ def test_a_cpu_trial_records_no_gpu():
     for r in res.records:
         assert (r["gpu_name"], r["cuda_version"], r["gpu_driver"]) == ("", "", "")
         assert r["peak_gpu_mb"] is None
+        assert r["cpu_capability"] == torch.backends.cpu.get_cpu_capability() != ""
+
+
+def test_old_files_without_the_vector_unit_still_read(tmp_path):
+    """Files written before `cpu_capability` (schema v4) read beside new ones (v5) with it
+    null; a v5 file without it is foreign."""
+    folder = tmp_path / "s" / "trials"
+    old = schema.table([{**trial_record(trial_id="old"), "study": "s"}], "graph")
+    old = old.drop_columns(["cpu_capability"])  # as the code before the column wrote it: v4
+    old = old.replace_schema_metadata({**old.schema.metadata, schema.META_VERSION: b"4"})
+    folder.mkdir(parents=True)
+    writer.write(old, folder / "old.parquet")
+    write_trials(tmp_path, "s", [trial_record(trial_id="new", cpu_capability="AVX512")])
+    scan = reader.read(reader.result_files(folder))
+    assert not scan.problems and sorted(scan.versions.values()) == [4, 5]
+    df = scan.table.to_pandas().set_index("trial_id")
+    assert df.loc["new", "cpu_capability"] == "AVX512" and pd.isna(df.loc["old", "cpu_capability"])
+    lying = old.replace_schema_metadata({**old.schema.metadata, schema.META_VERSION: b"5"})
+    writer.write(lying, folder / "lying.parquet")
+    scan = reader.read(reader.result_files(folder))
+    assert [p.name for p in scan.bad] == ["lying.parquet"]
+    assert "declares schema v5 but its columns differ (no cpu_capability" in scan.problems[0]
 
 
 def test_a_cuda_device_is_named_with_its_driver(monkeypatch, tmp_path):

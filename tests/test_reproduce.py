@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from ablate.run import main
 from ablate.runner.execute.reproduce import REPRODUCE_DIFFERS, compare
@@ -58,14 +59,13 @@ def test_every_trial_stored_from_a_pack_reproduces_alone_bit_for_bit(stored, cap
         capsys.readouterr()
         assert main([f"study={path}", f"results_dir={results}", f"reproduce={tid}"]) == 0
         out = capsys.readouterr().out
-        assert f"reproduce {tid}: holds (CPU records rerun on a CPU: identical" in out
+        assert (f"reproduce {tid}: holds (CPU records rerun on a CPU of the same vector unit "
+                f"({torch.backends.cpu.get_cpu_capability()}): identical") in out
         assert "accuracy" in out and "curve train_loss" in out
 
 
 def test_a_member_evaluates_alike_alone_and_in_a_pack(tmp_path, monkeypatch):
     """A lone member's evaluation runs batched (two copies), as it does beside others."""
-    import torch
-
     from ablate.config import TrialConfig, resolve
     from ablate.data import load_graphsets
     from ablate.trial import packed
@@ -103,6 +103,62 @@ def test_a_stored_number_that_was_changed_does_not_hold(stored, tmp_path, capsys
         REPRODUCE_DIFFERS
     out = capsys.readouterr().out
     assert "<- differs" in out and "does NOT hold" in out
+
+
+def _restored(stored, tmp_path, capability: str | None):
+    """A copy of the module's store whose first trial names `capability` as its CPU's vector
+    unit (None: a file of schema v4, before the column) and whose losses moved by 1e-4
+    relative, as another vector unit's rounding moves them: (study path, results, trial id)."""
+    import pyarrow as pa
+
+    from result_store import schema
+
+    path, original, df = stored
+    results = tmp_path / "results"
+    shutil.copytree(original, results)
+    tid = sorted(df["trial_id"].unique())[0]
+    file = results / "packed" / "trials" / f"{tid}.parquet"
+    t = pq.read_table(file)
+    t = t.set_column(t.schema.get_field_index("loss"), "loss", pc.multiply(t["loss"], 1 + 1e-4))
+    if capability is None:
+        t = t.drop_columns(["cpu_capability"])
+        t = t.replace_schema_metadata({**t.schema.metadata, schema.META_VERSION: b"4"})
+    else:
+        t = t.set_column(t.schema.get_field_index("cpu_capability"), "cpu_capability",
+                         pa.array([capability] * len(t), pa.string()))
+    writer.write(t, file)
+    return path, results, tid
+
+
+def test_cpu_records_of_another_vector_unit_get_the_rule_across_devices(stored, tmp_path,
+                                                                        capsys):
+    """A CPU run checked on a CPU of another vector unit (AVX-512 records, an AVX2 rerun)
+    differs in the last bits: the tolerance applies, and the verdict says why."""
+    here = torch.backends.cpu.get_cpu_capability()
+    other = "AVX2" if here == "AVX512" else "AVX512"
+    assert set(stored[2]["cpu_capability"]) == {here}  # the records name this machine's
+    path, results, tid = _restored(stored, tmp_path, other)
+    capsys.readouterr()
+    assert main([f"study={path}", f"results_dir={results}", f"reproduce={tid}"]) == 0
+    out = capsys.readouterr().out
+    assert (f"reproduce {tid}: holds (accuracy within 2 graphs of the split, other metrics "
+            f"within 0.01 relative: stored on a CPU with {other}, rerun on {here} (another "
+            "vector unit rounds differently)") in out
+
+
+def test_cpu_records_that_do_not_name_their_vector_unit_get_the_rule_across_devices(
+        stored, tmp_path, capsys):
+    """Records written before `cpu_capability` (schema v4) may come from any vector unit: the
+    tolerance applies (a rerun on another one would fail for its rounding alone), and the
+    verdict says the records do not name theirs."""
+    path, results, tid = _restored(stored, tmp_path, None)
+    assert "cpu_capability" not in pq.read_schema(results / "packed" / "trials" /
+                                                  f"{tid}.parquet").names
+    capsys.readouterr()
+    assert main([f"study={path}", f"results_dir={results}", f"reproduce={tid}"]) == 0
+    out = capsys.readouterr().out
+    assert (f"reproduce {tid}: holds (accuracy within 2 graphs of the split, other metrics "
+            "within 0.01 relative: the stored records do not name their CPU's vector unit") in out
 
 
 def test_an_unknown_trial_is_one_line(tmp_path, capsys):
@@ -151,8 +207,33 @@ def test_gpu_records_rerun_on_the_same_gpu_model_must_be_identical():
     from ablate.runner.execute.reproduce import same_device
 
     h100 = {"device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"}
-    cpu = {"device": "cpu", "gpu_name": ""}
+    cpu = {"device": "cpu", "gpu_name": "", "cpu_capability": "AVX2"}
     assert same_device([h100], [{**h100, "device": "cuda"}])
     assert not same_device([h100], [{**h100, "gpu_name": "NVIDIA H200"}])
     assert not same_device([h100], [cpu]) and not same_device([cpu], [h100])
     assert same_device([cpu], [cpu])
+
+
+def test_cpu_records_must_be_identical_only_on_the_same_vector_unit():
+    """CPU results are bit-identical on one vector unit, not across them (an AVX-512 and an
+    AVX2 machine give COLLAB weak 55.13 and 55.09 from the same commit): identical is
+    demanded only where stored and rerun rows name the same `cpu_capability`; records that
+    name none (before schema v5) get the rule across devices too."""
+    from ablate.runner.execute.reproduce import device_rule, same_device
+
+    avx512 = {"device": "cpu", "gpu_name": "", "cpu_capability": "AVX512"}
+    avx2 = {**avx512, "cpu_capability": "AVX2"}
+    assert same_device([avx2, avx2], [avx2])
+    ok, rule = device_rule([avx2], [avx2])
+    assert ok and rule == "CPU records rerun on a CPU of the same vector unit (AVX2): identical"
+    ok, rule = device_rule([avx512], [avx2])
+    assert not ok and rule.endswith(": stored on a CPU with AVX512, rerun on AVX2 (another "
+                                    "vector unit rounds differently)")
+    assert rule.startswith("accuracy within 2 graphs of the split, other metrics within 0.01")
+    assert not same_device([avx2, avx512], [avx2])  # records from two vector units
+    for old in ({"device": "cpu", "gpu_name": ""}, {**avx2, "cpu_capability": None}):
+        ok, rule = device_rule([old], [avx2])
+        assert not ok and "the stored records do not name their CPU's vector unit" in rule
+        assert rule.endswith("rerun on AVX2")
+    h100 = {"device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3", "cpu_capability": "AVX2"}
+    assert same_device([h100], [{**h100, "cpu_capability": "AVX512"}])  # a GPU's host: no matter

@@ -1,5 +1,5 @@
-"""Where a result came from and what it cost: git commit, package versions, host, the GPU and
-its driver, peak host and GPU memory."""
+"""Where a result came from and what it cost: git commit, package versions, host, the CPU's
+vector unit, the GPU and its driver, peak host and GPU memory."""
 
 from __future__ import annotations
 
@@ -44,7 +44,19 @@ def provenance(data_hash: str, device: torch.device | None = None) -> dict:
 
     return {"dataset_hash": data_hash, "torch_version": torch.__version__,
             "pyg_version": version("torch_geometric"), **code_provenance(),
-            **device_provenance(device)}
+            "cpu_capability": cpu_capability(), **device_provenance(device)}
+
+
+def cpu_capability() -> str:
+    """The vector unit torch's CPU kernels dispatch to in this process, as
+    `torch.backends.cpu.get_cpu_capability()` names it ('AVX2', 'AVX512', 'DEFAULT' where
+    `ATEN_CPU_CAPABILITY=default` forces scalar kernels, ...; '' where torch cannot say).
+    Vectorised reductions round by it, so a CPU trial is bit-identical run to run on one
+    vector unit, not across them (a CUDA trial records its host's: harmless)."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability() or "")
+    except Exception:  # noqa: BLE001 - an old or odd build: nothing to say
+        return ""
 
 
 def code_provenance() -> dict[str, str]:

@@ -8,11 +8,13 @@ every (seed, split) row and every curve point is compared with the rerun. A tria
 itself (`run_pack_full(..., twin_lone=True)`): on a CPU any pack of two or more gives a
 member the same numbers, bit for bit, and a one-member model would take unbatched kernels
 that round differently. A trial stored alone reruns as it ran (a lone seed on a CPU takes
-the sequential path). The verdict uses the documented tolerance: CPU records rerun on a CPU,
-and CUDA records rerun on a GPU of the same model, must be identical; across devices (a GPU
-run checked on a CPU, or the reverse) accuracy may
-move by two graphs of the split and other metrics by 1e-2 relative, as the CUDA-vs-CPU
-tests allow (float rounding moves a node across an attention threshold now and then).
+the sequential path). The verdict uses the documented tolerance: CPU records rerun on a CPU
+of the same vector unit (the records' `cpu_capability`: torch's vectorised kernels round by
+it), and CUDA records rerun on a GPU of the same model, must be identical; across devices (a
+GPU run checked on a CPU, or the reverse, a CPU run checked on another vector unit, or CPU
+records that do not name theirs: written before schema v5) accuracy may move by two graphs
+of the split and other metrics by 1e-2 relative, as the CUDA-vs-CPU tests allow (float
+rounding moves a node across an attention threshold now and then).
 """
 
 from __future__ import annotations
@@ -49,16 +51,54 @@ class Comparison:
 
 
 def same_device(stored: list[dict], fresh: list[dict]) -> bool:
-    """Whether the rerun ran where the records were made: both on a CPU, or both on CUDA
-    devices of one model (`gpu_name`). There a rerun must be identical, bit for bit (the
-    README's promise: on a CPU, and on a GPU run after run); elsewhere the rule across devices."""
+    """Whether the rerun ran where the records were made: both on CPUs of one vector unit
+    (`cpu_capability`), or both on CUDA devices of one model (`gpu_name`). There a rerun must
+    be identical, bit for bit (the README's promise: on a CPU of one vector unit, and on a GPU,
+    run after run); elsewhere the rule across devices (`device_rule`)."""
+    return device_rule(stored, fresh)[0]
+
+
+def device_rule(stored: list[dict], fresh: list[dict]) -> tuple[bool, str]:
+    """(whether the rerun must be identical, the rule in words as the verdict prints it).
+    CPU records that do not name their vector unit (written before `cpu_capability`) get the
+    rule across devices: whether the rerun's CPU rounds as theirs did is not known, and a
+    rerun on another one would be told it does not hold for the rounding alone."""
     here = {_device_kind(r.get("device")) for r in fresh} or {"cpu"}
     there = {_device_kind(r.get("device")) for r in stored}
+    across = (f"accuracy within {GRAPHS} graphs of the split, other metrics within "
+              f"{RELATIVE:g} relative")
     if here != there or len(here) != 1:
-        return False
-    if here == {"cpu"}:
-        return True
-    return {r.get("gpu_name") or "" for r in stored} == {r.get("gpu_name") or "" for r in fresh}
+        return False, f"{across} (stored on {_names(there)}, rerun on {_names(here)})"
+    if here != {"cpu"}:
+        theirs = {r.get("gpu_name") or "" for r in stored}
+        ours = {r.get("gpu_name") or "" for r in fresh}
+        if theirs == ours:
+            return True, "CUDA records rerun on the same GPU model: identical"
+        return False, f"{across} (stored on {_names(theirs)}, rerun on {_names(ours)})"
+    ours = _capabilities(fresh)
+    if not ours:  # a kind whose rows do not say: this process ran it
+        from ablate.trial.provenance import cpu_capability
+
+        ours = {cpu_capability()}
+    theirs = _capabilities(stored)
+    if "" in theirs or not theirs:
+        return False, (f"{across}: the stored records do not name their CPU's vector unit "
+                       f"(no cpu_capability, as in stores before schema v5), rerun on "
+                       f"{_names(ours)}")
+    if theirs == ours and len(ours) == 1 and "" not in ours:
+        return True, f"CPU records rerun on a CPU of the same vector unit ({_names(ours)}): " \
+            "identical"
+    return False, (f"{across}: stored on a CPU with {_names(theirs)}, rerun on "
+                   f"{_names(ours)} (another vector unit rounds differently)")
+
+
+def _capabilities(rows: list[dict]) -> set[str]:
+    """The vector units `rows` name ('' for a row that names none); empty for no rows."""
+    return {str(r.get("cpu_capability") or "") for r in rows}
+
+
+def _names(values: set[str]) -> str:
+    return "/".join(sorted(v or "unknown" for v in values))
 
 
 def _device_kind(value) -> str:
@@ -187,16 +227,11 @@ def reproduce(study, options: dict) -> int:
         res = run_pack_full([trial.config], twin_lone=True)[0]
     else:
         res = trial_kind(trial.kind).run(trial.config)
-    here = {_device_kind(r.get("device")) for r in res.records} or {"cpu"}
-    there = {_device_kind(r.get("device")) for r in ok}
-    identical = same_device(ok, res.records)
+    identical, rule = device_rule(ok, res.records)
     got = compare(ok, res.records, [c for c in stored_curves if c["seed"] in seeds],
                   res.curves, identical)
-    rule = (("CPU records rerun on a CPU: identical" if here == {"cpu"} else
-             "CUDA records rerun on the same GPU model: identical") if identical else
-            f"accuracy within {GRAPHS} graphs of the split, other metrics within "
-            f"{RELATIVE:g} relative (stored on {'/'.join(sorted(there))}, rerun on "
-            f"{'/'.join(sorted(here))})")
+    if not identical and got.holds and all(v == 0 for v in got.worst.values()):
+        rule += "; every number identical, bit for bit"
     print(f"{'metric':<28} {'largest difference':>20} {'allowed':>12}")
     for m in sorted(got.worst):
         mark = "" if got.worst[m] <= got.allowed[m] else "  <- differs"
