@@ -16,24 +16,23 @@ def _text(doc: str) -> str:
 
 
 def test_beyond_md_says_which_sets_clear_the_fold_level_interval():
-    """ENZYMES is the one *complete* set whose differences exclude 0; NCI1's DenseGIN unsup
-    interval over its first 2 folds does too, so 'the one set' alone is contradicted by the
-    table above the sentence."""
+    """Every set complete (10 folds a difference); ENZYMES and NCI1 are the sets whose
+    differences exclude 0, and the NCI1 bullet quotes its four differences as the record has
+    them."""
     doc = json.loads((RESULTS / "cpu-2026-12-02-tu-beyond" / "summary.json").read_text())
+    assert all(d["folds"] == 10 for r in doc["rows"] for d in r["diffs"].values())
     clear = {r["dataset"] for r in doc["rows"] for d in r["diffs"].values()
              if d["lo"] > 0 or d["hi"] < 0}
-    complete = {r["dataset"] for r in doc["rows"]
-                if len(r["diffs"]) == 2 and all(d["folds"] == 10 for d in r["diffs"].values())}
-    assert clear & complete == {"tu:ENZYMES"} and clear - complete == {"tu:NCI1"}
+    assert clear == {"tu:ENZYMES", "tu:NCI1"}
     text = _text("beyond.md")
-    assert "ENZYMES (6 classes) is the one complete set where the differences clear" in text
+    assert "ENZYMES (6 classes) and NCI1 are the sets where differences clear" in text
     nci1 = {r["backbone"]: r["diffs"] for r in doc["rows"] if r["dataset"] == "tu:NCI1"}
     for backbone in ("chebygin", "dense_gin"):  # the NCI1 bullet's four differences
         for row in ("weak", "unsup"):
             d = nci1[backbone][row]
-            assert d["folds"] == 4, (backbone, row)
             assert re.search(rf"{-d['mean']:.1f} (points )?below", text), (backbone, row)
-            assert f"({d['lo']:.1f} to {d['hi']:.1f})" in text, (backbone, row)
+            assert f"({d['lo']:.1f} to {d['hi']:+.1f})" in text or \
+                f"({d['lo']:.1f} to {d['hi']:.1f})" in text, (backbone, row)
 
 
 def test_fidelity_md_reads_the_one_run_seeds_as_their_records_say():
