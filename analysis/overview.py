@@ -73,14 +73,35 @@ def _numbers_first(text: str) -> tuple:
         return (1 + (text == "default"), 0.0, text)
 
 
+# Attention settings that a row with attention uses only under some other setting, as
+# `ablate.config.inapplicable` says (the analysis imports nothing from ablate; a test checks
+# the two agree): axis -> the rows on which it is inert.
+INERT_WHEN = {
+    "ratio": lambda df: df["selection"] == "threshold",
+    "threshold": lambda df: df["selection"] != "threshold",
+    "kl_weight": lambda df: df["supervision"].isin(["unsup", "gt"]),
+    "normalizer": lambda df: df["selection"] == "gao",
+    "scorer": lambda df: df["selection"] == "gao",
+    "scorer_input": lambda df: df["selection"] == "gao",
+    "scorer_relu": lambda df: (df["selection"] == "gao") | (df["scorer"] != "gnn"),
+}
+INERT_READS = {"ratio": ("selection",), "threshold": ("selection",), "kl_weight": ("supervision",),
+               "normalizer": ("selection",), "scorer": ("selection",),
+               "scorer_input": ("selection",), "scorer_relu": ("selection", "scorer")}
+
+
 def _used_values(df: pd.DataFrame, axis: str) -> pd.Series:
     """`axis`'s column on the rows whose trial uses it: an attention axis (`ATTENTION_AXES`:
-    global-pool rows store the defaults, which train nothing) on rows with attention, and
+    global-pool rows store the defaults, which train nothing) on rows with attention, and of
+    those not on the rows where another setting makes it inert (`INERT_WHEN`: the ratio under
+    threshold selection, the threshold under top-k, the KL weight without a KL term, ...);
     `lr_timing` on rows whose trial drops an LR (the others read `NO_LR_DROP`); every row
     for any other axis. A value a row does not use is no part of the study's design."""
     col = df[axis]
     if axis in ATTENTION_AXES and "pool_layers" in df.columns:
         col = col[df["pool_layers"] != ""]
+    if axis in INERT_WHEN and all(c in df.columns for c in INERT_READS[axis]):
+        col = col[~INERT_WHEN[axis](df.loc[col.index])]
     if axis == "lr_timing":
         col = col[col.astype(str) != NO_LR_DROP]
     return col

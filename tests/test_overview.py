@@ -77,3 +77,48 @@ def test_the_attention_axes_are_the_settings_global_pooling_does_not_use():
     from analysis.variants import ATTENTION_AXES
 
     assert inapplicable(resolve(TrialConfig(pool_layers=()))) == ATTENTION_AXES
+
+
+def test_a_setting_another_setting_makes_inert_is_not_listed_as_varied(tmp_path):
+    """Threshold rows and top-k rows keep their defaults of the other's knob, and rows
+    without a KL term their kl_weight: a study of threshold 0.1 vs top-k 0.5 with
+    unsupervised and supervised rows varies selection, threshold only among threshold rows,
+    ratio only among top-k rows and kl_weight only among supervised ones."""
+    from analysis.overview import overview
+
+    att = dict(pool_layers="2", lr_decay_epochs="", lr_timing="published")
+    study = _study(tmp_path, {
+        "thr": dict(att, selection="threshold", threshold=0.1, ratio=0.8, supervision="unsup",
+                    kl_weight=100.0),
+        "topk": dict(att, selection="topk", threshold=0.0, ratio=0.5, supervision="unsup",
+                     kl_weight=1.0),
+        "sup": dict(att, selection="topk", threshold=0.3, ratio=0.5, supervision="sup",
+                    kl_weight=100.0)})
+    varied = overview(study).varied
+    assert "selection: threshold, topk" in varied
+    assert "supervision: sup, unsup" in varied
+    assert not any(v.split(":")[0] in ("threshold", "ratio", "kl_weight") for v in varied), varied
+    both = _study(tmp_path / "b", {
+        "a": dict(att, selection="topk", ratio=0.5, supervision="sup", kl_weight=1.0),
+        "b": dict(att, selection="topk", ratio=0.8, supervision="weak", kl_weight=10.0)})
+    assert {"ratio: 0.5, 0.8", "kl_weight: 1.0, 10.0"} <= set(overview(both).varied)
+
+
+def test_the_inert_rules_mirror_the_configs():
+    """`analysis.overview.INERT_WHEN` says, for every attention axis it names, what
+    `ablate.config.inapplicable` says of a trial with attention."""
+    import itertools
+
+    from ablate.config import TrialConfig, axes, inapplicable, resolve
+    from analysis.overview import INERT_WHEN
+
+    for sel, sup, scorer in itertools.product(("threshold", "topk", "gao"),
+                                              ("unsup", "sup", "weak", "gt"), ("gnn", "fc")):
+        try:
+            cfg = resolve(TrialConfig(pool_layers=(2,), selection=sel, supervision=sup,
+                                      scorer=scorer))
+        except Exception:  # a combination the config refuses is no row of any store
+            continue
+        row = pd.DataFrame([{k: v for k, v in axes(cfg).items()}])
+        ours = {a for a, rule in INERT_WHEN.items() if bool(rule(row).iloc[0])}
+        assert ours == inapplicable(cfg) & set(INERT_WHEN), (sel, sup, scorer)
