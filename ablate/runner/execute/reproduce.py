@@ -85,7 +85,7 @@ def device_rule(stored: list[dict], fresh: list[dict]) -> tuple[bool, str]:
         return False, (f"{across}: the stored records do not name their CPU's vector unit "
                        f"(no cpu_capability, as in stores before schema v5), rerun on "
                        f"{_names(ours)}")
-    if theirs == ours and len(ours) == 1 and "" not in ours:
+    if theirs == ours and len(ours) == 1:  # theirs holds no "" (above)
         return True, f"CPU records rerun on a CPU of the same vector unit ({_names(ours)}): " \
             "identical"
     return False, (f"{across}: stored on a CPU with {_names(theirs)}, rerun on "
