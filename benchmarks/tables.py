@@ -266,7 +266,8 @@ def tu_published() -> str:
 
 
 # benchmarks/adaptive_study.py's runs, shown in order: (record, the study as it was named)
-ADAPTIVE_STUDIES = (("cpu-2026-11-27-adaptive/supervision.json", "supervision"),
+ADAPTIVE_STUDIES = (("cpu-2026-12-03-adaptive/supervision.json", "supervision"),
+                    ("cpu-2026-11-27-adaptive/supervision.json", "supervision"),
                     ("cpu-2026-11-27-adaptive/smoke.json", "smoke"),
                     ("cpu-2026-12-02-adaptive-tu/tu_proteins.json",
                      "benchmarks/studies/tu_proteins.yaml"))
@@ -305,7 +306,8 @@ def _adaptive_cost(doc: dict) -> str:
 def _adaptive_run(doc: dict, rel: str, study: str) -> str:
     ad = doc["adaptive"]
     fixed = {(f["row"], f["baseline"], f["split"]): f for f in doc["fixed_10"]}
-    out = [f"**study={study}**", "",
+    seq = ad["options"].get("sequence", "asymptotic")
+    out = [f"**study={study}**, the `{seq}` sequence, max {doc['max']} seeds", "",
            "| comparison | split | fixed 10 seeds: Δ (points), Holm p, verdict | adaptive: "
            "decision, round, seeds | which decides |", "|---|---|---|---|---|"]
     kinds: dict[str, int] = {}
