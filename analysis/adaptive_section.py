@@ -105,7 +105,9 @@ def adaptive_section(ctx: Context) -> Section:
     sec.tables.append(Table("adaptive", "Adaptive seeds: each comparison's decision", header,
                             body, [[False] * 8 for _ in body], data, notes))
     if ctx.figures and comps:
-        sec.figures.append(_figure(comps, opts, ctx.figures_dir, f"{ctx.study.name}__adaptive"))
+        means = [look_means(ctx.ok, c, opts["metric"]) for c in comps]
+        sec.figures.append(_figure(comps, means, opts, ctx.figures_dir,
+                                   f"{ctx.study.name}__adaptive"))
     return sec
 
 
@@ -113,7 +115,35 @@ DECISION_COLOURS = {"greater": "#d95f02", "less": "#d95f02", "equivalent": "#1b9
                     "open": "#386cb0", "absent": "#999999"}
 
 
-def _figure(comps: list[dict], opts: dict, out: Path, stem: str):
+def look_means(ok: pd.DataFrame, c: dict, metric: str) -> list[float] | None:
+    """The mean paired difference (row - baseline, 0-1 scale) of the seeds the comparison had
+    taken at each of its looks, from the study's ok rows: the seeds in the decision's `order`,
+    the first `at[k]` of them at look k. None where the store lacks a seed a look took (a file
+    deleted since) or the rows are not in it: the figure then draws the intervals alone."""
+    from ablate.runner.plan.adaptive_options import AUC_ROW_SPLIT, FALLBACK, METRICS
+
+    if not c.get("at") or ok.empty or "row" not in ok.columns:
+        return None
+    split = AUC_ROW_SPLIT if metric == "auc" else c["split"]
+    cols = [x for x in (METRICS.get(metric), FALLBACK.get(metric)) if x in ok.columns]
+    if not cols:
+        return None
+    sel = ok[(ok["dataset"] == c["dataset"]) & (ok["split"] == split)]
+    value = sel[cols[0]].astype(float)
+    for x in cols[1:]:
+        value = value.fillna(sel[x].astype(float))
+    per = pd.DataFrame({"row": sel["row"], "seed": sel["seed"].astype(int), "value": value})
+    per = per.dropna().groupby(["row", "seed"])["value"].mean()
+    order = c["order"][:c["at"][-1]]
+    try:
+        diff = [per[(c["row"], s)] - per[(c["baseline"], s)] for s in order]
+    except KeyError:
+        return None
+    return [float(sum(diff[:n]) / n) for n in c["at"]]
+
+
+def _figure(comps: list[dict], means: list[list[float] | None], opts: dict, out: Path,
+            stem: str):
     import matplotlib.pyplot as plt
 
     from analysis import figure_style as fs
@@ -127,14 +157,17 @@ def _figure(comps: list[dict], opts: dict, out: Path, stem: str):
     with style, context:
         fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.1 * rows), squeeze=False,
                                  layout="constrained")
-        for ax, c in zip(axes.flat, comps):
-            _panel(ax, c, opts, seeds)
+        for ax, c, m in zip(axes.flat, comps, means):
+            _panel(ax, c, m, opts, seeds)
         for ax in list(axes.flat)[n:]:
             ax.set_visible(False)
         png, svg = fs.save(fig, out, stem)
     return fs.Figure(stem, "Each comparison's confidence sequence for the mean paired "
                      "difference at each look (a bar per look from its low to its high end, "
-                     "the dot its midpoint, shaded between looks; grey band between dashed lines: the "
+                     "shaded between looks; the dot on it: the mean paired difference of the "
+                     "seeds taken by then, which a betting interval need not centre on; a bar "
+                     "without a dot: those seeds are no longer in the store; grey band "
+                     "between dashed lines: the "
                      f"equivalence margin ±{100 * opts['equivalence']:g} points): decided when the interval "
                      "leaves 0 or fits inside the margin. Colour: orange decided higher or "
                      "lower, green equivalent, blue open. The seeds axis runs from the first "
@@ -157,8 +190,10 @@ def panel_limits(lo: list[float], hi: list[float], eq: float) -> tuple[float, fl
     return max(-100.0, a - pad), min(100.0, b + pad)
 
 
-def _panel(ax, c: dict, opts: dict, seeds: tuple[float, float]) -> None:
-    """One comparison: an interval per look (one look: a point with its interval)."""
+def _panel(ax, c: dict, means: list[float] | None, opts: dict,
+           seeds: tuple[float, float]) -> None:
+    """One comparison: an interval per look (one look: a point with its interval), with the
+    mean paired difference at each look as its dot where the store has the seeds."""
     eq = opts["equivalence"]
     at, lo, hi = c["at"], [100 * x for x in c["lo"]], [100 * x for x in c["hi"]]
     colour = DECISION_COLOURS.get(c["decision"], "#386cb0")
@@ -167,12 +202,14 @@ def _panel(ax, c: dict, opts: dict, seeds: tuple[float, float]) -> None:
     for edge in (-100 * eq, 100 * eq):  # the margin's edges: 'equivalent' fits inside them
         ax.axhline(edge, color="#555555", lw=0.8, ls="--")
     if at:
-        mid = [(a + b) / 2 for a, b in zip(lo, hi)]
         if len(at) > 1:
             ax.fill_between(at, lo, hi, alpha=0.2, lw=0, color=colour)
-        ax.errorbar(at, mid, yerr=[[m - a for m, a in zip(mid, lo)],
-                                   [b - m for m, b in zip(mid, hi)]],
-                    fmt="o", ms=3, capsize=3, lw=1, color=colour)
+        ax.vlines(at, lo, hi, lw=1, color=colour)
+        for end in (lo, hi):
+            ax.plot(at, end, ls="none", marker="_", ms=6, color=colour)
+        if means:
+            ax.plot(at, [100 * m for m in means], ls="none", marker="o", ms=3.5, color=colour,
+                    markeredgecolor="black", markeredgewidth=0.4)
     else:
         ax.text(0.5, 0.5, "no look: no paired seeds", transform=ax.transAxes, ha="center",
                 va="center", fontsize=8, color="#666666")

@@ -211,8 +211,11 @@ def test_the_adaptive_figure_shares_its_seeds_axis_and_draws_a_first_look(tmp_pa
              {"row": "C", "baseline": "A", "dataset": "colors", "split": "test_largec",
               "decision": "open", "round": 0, "seeds": 14, "lo": [-0.2, -0.1, -0.05],
               "hi": [0.3, 0.2, 0.15], "at": [10, 12, 14]}]
-    adaptive_section._figure(comps, opts, tmp_path, "ad__adaptive")
+    adaptive_section._figure(comps, [[0.45], None], opts, tmp_path, "ad__adaptive")
     first, later = [ax for ax in drawn[0].axes if ax.get_visible()]
+    dots = [line for line in first.lines if line.get_marker() == "o"]
+    assert [d.get_ydata().tolist() for d in dots] == [pytest.approx([45.0])]  # the mean, not 50
+    assert not [line for line in later.lines if line.get_marker() == "o"]  # no mean: no dot
     assert first.get_xlim() == later.get_xlim() == (8.5, 15.5)
     lo, hi = first.get_ylim()
     assert lo < 0 < 40 < 60 < hi  # 0 and the interval [40, 60] in view, not -100..100
@@ -222,3 +225,23 @@ def test_the_adaptive_figure_shares_its_seeds_axis_and_draws_a_first_look(tmp_pa
     assert first.title.get_color() == adaptive_section.DECISION_COLOURS["greater"]
     dashed = [line.get_ydata()[0] for line in first.lines if line.get_linestyle() == "--"]
     assert sorted(dashed) == pytest.approx([-1.0, 1.0])
+
+
+def test_the_figures_dot_is_the_mean_paired_difference_of_the_seeds_each_look_took():
+    """Look k's dot: the mean of row - baseline over the first at[k] seeds of the decision's
+    `order` (a retried seed taken late counts where it was taken), from the report's ok rows;
+    None where a seed a look took is not in the store."""
+    import pandas as pd
+
+    from analysis.adaptive_section import look_means
+
+    acc = {("B", 0): 0.9, ("B", 1): 0.5, ("B", 2): 0.7, ("A", 0): 0.1, ("A", 1): 0.5,
+           ("A", 2): 0.4}
+    ok = pd.DataFrame([{"row": r, "seed": s, "dataset": "colors", "split": sp,
+                        "accuracy": v if sp == "test_largec" else 0.0}
+                       for (r, s), v in acc.items() for sp in ("test_largec", "val")])
+    c = {"row": "B", "baseline": "A", "dataset": "colors", "split": "test_largec",
+         "order": [1, 0, 2], "at": [2, 3]}
+    assert look_means(ok, c, "accuracy") == pytest.approx([(0.0 + 0.8) / 2, (0.0 + 0.8 + 0.3) / 3])
+    assert look_means(ok[ok["seed"] != 2], c, "accuracy") is None
+    assert look_means(ok, {**c, "at": []}, "accuracy") is None
