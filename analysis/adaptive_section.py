@@ -16,6 +16,7 @@ import pandas as pd
 import analysis.builtin_sections  # noqa: F401  registered first: this section follows them
 from analysis.adaptive_decisions import DECISIONS_FILE, read_decisions  # noqa: F401  (here too)
 from analysis.formatting import dataset_name
+from analysis.reference import POOLED_AUC
 from analysis.sections import Context, Section, register_section
 from analysis.sequences import ASYMPTOTIC_T_MIN
 from analysis.table_render import Table
@@ -41,6 +42,10 @@ METRIC_WORDS = {
     "auc": "the attention AUC of the first pooling layer over the nodes of all test graphs of "
            "the seed together (the main table's AUC column, the same on every split)",
 }
+# where the runner reads a seed's value for each metric (`ablate.runner.plan.adaptive_options`
+# METRICS / FALLBACK / AUC_ROW_SPLIT; a test holds them equal): the column, then its fallback
+METRIC_COLUMNS = {"accuracy": ("accuracy",), "auc": (POOLED_AUC, "attn_auc_l0")}
+AUC_ROW_SPLIT = "test_orig"
 SEQUENCE_WORDS["exact"] = SEQUENCE_WORDS["prpl_eb"]  # its name in files before issue 54
 
 
@@ -120,12 +125,10 @@ def look_means(ok: pd.DataFrame, c: dict, metric: str) -> list[float] | None:
     taken at each of its looks, from the study's ok rows: the seeds in the decision's `order`,
     the first `at[k]` of them at look k. None where the store lacks a seed a look took (a file
     deleted since) or the rows are not in it: the figure then draws the intervals alone."""
-    from ablate.runner.plan.adaptive_options import AUC_ROW_SPLIT, FALLBACK, METRICS
-
     if not c.get("at") or ok.empty or "row" not in ok.columns:
         return None
     split = AUC_ROW_SPLIT if metric == "auc" else c["split"]
-    cols = [x for x in (METRICS.get(metric), FALLBACK.get(metric)) if x in ok.columns]
+    cols = [x for x in METRIC_COLUMNS.get(metric, ()) if x in ok.columns]
     if not cols:
         return None
     sel = ok[(ok["dataset"] == c["dataset"]) & (ok["split"] == split)]

@@ -245,3 +245,12 @@ def test_the_figures_dot_is_the_mean_paired_difference_of_the_seeds_each_look_to
     assert look_means(ok, c, "accuracy") == pytest.approx([(0.0 + 0.8) / 2, (0.0 + 0.8 + 0.3) / 3])
     assert look_means(ok[ok["seed"] != 2], c, "accuracy") is None
     assert look_means(ok, {**c, "at": []}, "accuracy") is None
+
+
+def test_the_figure_reads_each_metric_where_the_runner_decides_on_it():
+    from ablate.runner.plan import adaptive_options as o
+    from analysis import adaptive_section as a
+
+    assert a.AUC_ROW_SPLIT == o.AUC_ROW_SPLIT
+    assert a.METRIC_COLUMNS == {m: tuple(x for x in (o.METRICS[m], o.FALLBACK.get(m)) if x)
+                                for m in o.METRICS}
