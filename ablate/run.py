@@ -211,18 +211,25 @@ def _decidable_line(study) -> str:
     if ad.sequence != "betting":
         return ""
     from ablate.runner.plan.adaptive import initial_decisions, plan_rows, sequence_alpha
-    from analysis.betting import smallest_decidable
+    from analysis.betting import equivalence_seeds, smallest_decidable, smallest_equivalence
 
     n = len(initial_decisions(ad, plan_rows(study.trials)))
     a = sequence_alpha(ad, n)
     delta = smallest_decidable(ad.max, a)
+    eq = smallest_equivalence(ad.max, a)
+    same = (f"; it can call two rows equivalent only within about ±{100 * eq:.0f} points or "
+            "wider, even if every paired difference is 0" + (
+                f": equivalence ±{100 * ad.equivalence:g} points needs at least "
+                f"{equivalence_seeds(ad.equivalence, a)} seeds, so no comparison will end "
+                "'equivalent', and one whose rows do not differ stays open to max"
+                if ad.equivalence < eq else ""))
     if delta > 1:
         return (f"\nwithin {ad.max} seeds the betting sequence can decide no difference at "
                 f"alpha {a:.2g} per comparison ({n} comparisons): raise max")
     return (f"\nwithin {ad.max} seeds it can call a difference nonzero only from about "
             f"{100 * delta:.0f} points on (at alpha {a:.2g} per comparison, {n} comparisons, "
             f"even if every seed differs by as much; no exact test from less than "
-            f"{100 * smallest_decidable(ad.max, a, 1.0):.0f}); smaller effects end open: "
+            f"{100 * smallest_decidable(ad.max, a, 1.0):.0f}); smaller effects end open{same}: "
             "docs/performance.md (adaptive seeds)")
 
 

@@ -135,6 +135,27 @@ def decision_codes(d: np.ndarray, at: np.ndarray, alpha: float, equivalence: flo
     return out
 
 
+def smallest_equivalence(seeds: int, alpha: float, c: float = BET_C) -> float:
+    """The narrowest margin eq within which these bets can call two rows equivalent within
+    `seeds` seeds, even when every paired difference is 0: at m = (1 - eq) / 2 and x = 1/2 a
+    truncated bet wins at most 1 + (c / m)(eq / 2) = 1 + c eq / (1 - eq) a seed (the same
+    for K- at (1 + eq) / 2), so both capitals reach 2 / alpha only when
+    c eq / (1 - eq) >= g, g = exp(ln(2 / alpha) / seeds) - 1, i.e. eq >= g / (c + g)."""
+    g = smallest_decidable(seeds, alpha, 1.0)
+    return g / (float(c) + g)
+
+
+def equivalence_seeds(equivalence: float, alpha: float, c: float = BET_C) -> int:
+    """Fewest seeds these bets need to call two rows equivalent within ±`equivalence` (0-1
+    scale), reached only when every paired difference is 0: ln(2 / alpha) / ln(1 + c eq /
+    (1 - eq)), rounded up (`smallest_equivalence` inverted)."""
+    if not 0.0 < equivalence < 1.0:
+        raise ValueError(f"equivalence must be in (0, 1), got {equivalence!r}")
+    alpha = check_alpha(alpha)
+    win = float(c) * equivalence / (1.0 - equivalence)
+    return math.ceil(math.log(2.0 / alpha) / math.log1p(win) - 1e-12)
+
+
 def seed_floor(delta: float, alpha: float) -> int:
     """Fewest seeds ANY level-alpha test of a bounded mean needs to exclude 0 when every
     difference is delta: ln(2 / alpha) / ln(1 + delta), rounded up (two-sided)."""

@@ -87,6 +87,22 @@ def test_the_smallest_decidable_difference_is_where_decisions_start(seeds, alpha
                                                                                   alpha)
 
 
+@pytest.mark.parametrize("seeds, alpha", [(40, ALPHA / 13), (40, ALPHA), (12, ALPHA)])
+def test_the_narrowest_equivalence_is_where_zero_spread_decides(seeds, alpha):
+    """`smallest_equivalence(n, alpha)`: n differences of exactly 0 are called equivalent
+    within a margin just above it, and never within one just below it; `equivalence_seeds`
+    inverts it (n at that margin; at alpha / 13, ±1 point: ln(520) / ln(1 + 0.75 / 99) = 829)."""
+    eq = betting.smallest_equivalence(seeds, alpha)
+    at = np.arange(1, seeds + 1)
+    zeros = np.zeros((1, seeds))
+    assert betting.decision_codes(zeros, at, alpha, eq * 1.01)[0, -1] == 3
+    assert not betting.decision_codes(zeros, at, alpha, eq * 0.99)[0].any()
+    assert betting.equivalence_seeds(eq * 1.0001, alpha) == seeds
+    assert betting.equivalence_seeds(eq * 0.99, alpha) > seeds
+    assert betting.equivalence_seeds(0.01, ALPHA / 13) == math.ceil(
+        math.log(2 * 13 / ALPHA) / math.log1p(0.75 * 0.01 / 0.99)) == 829
+
+
 def test_the_dry_run_of_an_adaptive_study_says_what_the_default_can_decide(tmp_path, capsys):
     """The dry run states, before anything runs, the smallest difference the betting default
     can decide within its max seeds (study=supervision: 13 comparisons, 40 seeds: about 23
@@ -99,6 +115,13 @@ def test_the_dry_run_of_an_adaptive_study_says_what_the_default_can_decide(tmp_p
     assert ("within 40 seeds it can call a difference nonzero only from about 23 points on "
             "(at alpha 0.0038 per comparison, 13 comparisons") in out, out[-600:]
     assert "no exact test from less than 17)" in out
+    assert ("equivalent only within about ±18 points or wider, even if every paired difference "
+            "is 0: equivalence ±1 points needs at least 829 seeds") in out
+    assert main(["study=supervision", "seeds={adaptive:{equivalence: 0.2}}", "dry_run=true",
+                 "estimate=off", f"results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "within about ±18 points or wider, even if every paired difference is 0:" in out
+    assert "needs at least" not in out  # a margin the sequence can reach: no warning
     assert main(["study=supervision", "seeds={adaptive:{sequence: asymptotic}}", "dry_run=true",
                  "estimate=off", f"results_dir={tmp_path}"]) == 0
     assert "can call a difference nonzero" not in capsys.readouterr().out
@@ -206,6 +229,8 @@ def test_the_nulls_of_the_spec_keep_every_error_at_alpha_where_the_asymptotic_on
     (lambda: betting.betting_cs([1.5], 0.05), "must lie in [-1, 1]"),
     (lambda: betting.betting_cs([0.1], 0.05, c=1.0), "c must be in (0, 1)"),
     (lambda: betting.seed_floor(0.0, 0.05), "delta must be in (0, 1]"),
+    (lambda: betting.equivalence_seeds(0.0, 0.05), "equivalence must be in (0, 1)"),
+    (lambda: betting.equivalence_seeds(0.01, 1.5), "alpha must be in (0, 1)"),
 ])
 def test_bad_input_is_one_line(bad, words):
     with pytest.raises(ValueError) as e:
