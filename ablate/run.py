@@ -275,6 +275,7 @@ def _main(argv: list[str]) -> int:
         from ablate.runner.plan.checks import check_devices, check_resources_early
         from ablate.runner.plan.datasets import check_data_paths
         from ablate.runner.plan.resources import memory_plan
+        from ablate.runner.study.expand import merge_notes
 
         if options["reproduce"]:
             from ablate.runner.execute.reproduce import reproduce
@@ -288,7 +289,7 @@ def _main(argv: list[str]) -> int:
         if options["dry_run"]:  # a run makes these checks itself (run_study), before Ray
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
-            notes = check_data_paths(study)
+            notes = [*merge_notes(study), *check_data_paths(study)]
             from ablate.runner.execute.ray_env import RayMode
             from ablate.runner.plan.checks import cluster_address
             from ablate.runner.plan.datasets import check_trial_files
@@ -308,6 +309,8 @@ def _main(argv: list[str]) -> int:
                       "can only re-check it")
             return 0
 
+        for note in merge_notes(study):  # before the run's lines: the rows it will have
+            print(f"note: {note}", file=sys.stderr)
         made = Store(options["results_dir"], study.name).new_folders()
         _keep_study_file(study, options["results_dir"])
         if study.spec.adaptive is not None:  # rounds of seeds, as long as comparisons are open

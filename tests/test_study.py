@@ -197,3 +197,32 @@ def test_coerce_types():
         coerce("epochs", True, int)
     with pytest.raises(ConfigError):
         coerce("backbone", [1], str)
+
+
+def test_variants_an_override_makes_equal_are_named_and_train_once(tmp_path, capsys):
+    """Two variants that differ only in the dataset become one once `dataset=` overrides it:
+    one set of trials, and the dry run says which variants merged (as does a run)."""
+    from ablate.run import main
+    from ablate.runner.study.expand import merge_notes
+
+    d = _write(tmp_path, "merge", """
+description: two datasets, global pool vs unsup, overridden to one dataset
+fixed: {backbone: gin, epochs: 1}
+data: {n_train: 40, n_val: 40, n_test: 40, n_max_large: 40}
+variants:
+  - {dataset: colors, pool_layers: []}
+  - {dataset: colors, supervision: unsup}
+  - {dataset: triangles, pool_layers: []}
+  - {dataset: triangles, supervision: unsup}
+seeds: "range(0,2)"
+""")
+    study, _ = build_study("merge", [], directory=d)
+    assert study.merged == [] and merge_notes(study) == []
+    merged, _ = build_study("merge", ["dataset=colors"], directory=d)
+    assert merged.merged == [(0, 2), (1, 3)]
+    assert len(merged.trials) == len(study.trials) // 2
+    assert merge_notes(merged)[0].startswith("variants 1 and 3 of the study are the same once "
+                                             "the overrides apply ({pool_layers: []})")
+    assert main(["study=" + str(d / "merge.yaml"), "dataset=colors", "dry_run=true",
+                 "estimate=off", f"results_dir={tmp_path / 'r'}"]) == 0
+    assert "note: variants 2 and 4 of the study are the same" in capsys.readouterr().out

@@ -14,7 +14,7 @@ import itertools
 import math
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,9 @@ class Study:
     trials: list[Trial]
     # what plan.json names when it is more than `trials`: an adaptive study's rounds so far
     planned: list[str] | None = None
+    # (i, j): variant j (from 0) gives the same trials as variant i < j (overrides made them
+    # equal, e.g. dataset=pyg over a study of several datasets): each trains once
+    merged: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -232,11 +235,13 @@ def _check_limit(spec: StudySpec, total: int, why: str) -> None:
                           f"with trial_limit={total}")
 
 
-def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
+def expand(spec: StudySpec, progress: Progress | None = None,
+           merged: list[tuple[int, int]] | None = None) -> list[Trial]:
     """Every trial of the study: variants x grid x seed chunks, resolved, deduplicated;
     a ``data.KEY: seed`` parameter gives every seed its own trial and that seed as value.
     A study larger than its `trial_limit` is refused before any trial is built; `progress`
-    counts the trials built (the 'planning' step)."""
+    counts the trials built (the 'planning' step); `merged` gets (i, j) for each variant j
+    whose trials variant i < j already made (`Study.merged`)."""
     total = check_plan_size(spec)
     if progress is not None:
         progress.step("planning", total, "trials")
@@ -248,7 +253,8 @@ def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
     trials: dict[str, Trial] = {}
     recipes: dict[tuple, str] = {}  # (kind, dataset, data_params) -> data hash, computed once
     build, seeds_hint = trial_kind(spec.kind).config, config_fields(spec.kind).get("seeds")
-    for variant in spec.variants or [{}]:
+    origin: dict[str, int] = {}  # trial id -> the variant that made it first
+    for vi, variant in enumerate(spec.variants or [{}]):
         variant = dict(variant)
         seeds = seed_list(variant.pop("seeds")) if "seeds" in variant else spec.seeds
         chunks = [tuple(seeds[i:i + step]) for i in range(0, len(seeds), step)]
@@ -271,6 +277,9 @@ def expand(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
                     cfg = build(**{**shared, "seeds": coerce("seeds", chunk, seeds_hint)})
                 t = make_trial(spec.kind, cfg, recipes)
                 trials.setdefault(t.trial_id, t)
+                first = origin.setdefault(t.trial_id, vi)
+                if merged is not None and first != vi and (first, vi) not in merged:
+                    merged.append((first, vi))
                 if progress is not None:
                     progress.advance()
     return list(trials.values())
@@ -285,13 +294,29 @@ def build_study(name: str, overrides: list[str] = (), directory: Path | None = N
     if spec.adaptive is not None:  # every round's trials (its seeds packed within the round)
         from ablate.runner.plan.adaptive import check_study
 
-        trials = expand_rounds(spec, progress)
+        merged: list[tuple[int, int]] = []
+        trials = expand_rounds(spec, progress, merged)
         check_study(spec.adaptive, trials)
-        return Study(spec, trials), options
-    return Study(spec, expand(spec, progress)), options
+        return Study(spec, trials, merged=merged), options
+    merged = []
+    return Study(spec, expand(spec, progress, merged), merged=merged), options
 
 
-def expand_rounds(spec: StudySpec, progress: Progress | None = None) -> list[Trial]:
+def merge_notes(study: Study) -> list[str]:
+    """One line per variant whose trials another variant already makes: the overrides (or
+    the study file) made them equal, so they train once and are one row of the report."""
+    variants = study.spec.variants
+
+    def show(i: int) -> str:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in variants[i].items()) + "}"
+
+    return [f"variants {i + 1} and {j + 1} of the study are the same once the overrides apply "
+            f"({show(j)}): they train once and are one row in the report"
+            for i, j in study.merged]
+
+
+def expand_rounds(spec: StudySpec, progress: Progress | None = None,
+                  merged: list[tuple[int, int]] | None = None) -> list[Trial]:
     """The trials of every round of an adaptive study, round by round: what it may train at
     most (each trial holds seeds of one round only, so a round's trials keep their ids). The
     study's `trial_limit` holds for all its rounds together, checked before any is built."""
@@ -308,6 +333,6 @@ def expand_rounds(spec: StudySpec, progress: Progress | None = None) -> list[Tri
                  f"{sizes[0][1]}")
     out: dict[str, Trial] = {}
     for r, one in enumerate(rounds, 1):
-        for t in expand(one, progress if r == 1 else None):
+        for t in expand(one, progress if r == 1 else None, merged if r == 1 else None):
             out.setdefault(t.trial_id, t)
     return list(out.values())
