@@ -67,15 +67,17 @@ def last_round(doc: dict) -> int:
 
 def expected_seeds(doc: dict) -> dict[tuple[str, str], int]:
     """(row, dataset) -> the seeds its rounds called for: round 1's for every pair, and for
-    the rows of a comparison the seeds up to the round that decided it (or up to the last
-    round while it is open). A pair the file does not name gets round 1's (`default_seeds`)."""
+    the rows of a comparison the seeds up to the round that decided it, or that found no seeds
+    up to max could (`stopped`), or up to the last round while it is open. A pair the file
+    does not name gets round 1's (`default_seeds`)."""
     opts = doc["options"]
     at = [int(n) for n in looks(opts["start"], opts["step"], opts["max"])]
     done = last_round(doc)
     out: dict[tuple[str, str], int] = {}
     for c in doc["comparisons"]:
         decided = c["decision"] != "open" and int(c.get("round") or 0) > 0
-        r = min(int(c["round"]), done) if decided else done
+        stopped = int(c.get("stopped") or 0) if c["decision"] == "open" else 0
+        r = min(int(c["round"]), done) if decided else min(stopped, done) if stopped else done
         r = max(1, r)  # before round 1 ended: round 1's seeds
         for row in (c["row"], c["baseline"]):
             key = (row, c["dataset"])

@@ -66,9 +66,12 @@ def adaptive_section(ctx: Context) -> Section:
     for c in comps:
         last = (f"[{100 * c['lo'][-1]:+.1f}, {100 * c['hi'][-1]:+.1f}] points" if c["lo"]
                 else "-")
+        words = WORDS[c["decision"]].format(eq=f"{100 * eq:g} points")
+        if c["decision"] == "open" and c.get("stopped"):
+            words = (f"open: no seeds up to {opts['max']} could decide it (no more seeds after "
+                     f"round {c['stopped']})")
         body.append([c["row"], c["baseline"], c["axis"],
-                     f"{dataset_name(c['dataset'])} / {_where(opts, c['split'])}",
-                     WORDS[c["decision"]].format(eq=f"{100 * eq:g} points"),
+                     f"{dataset_name(c['dataset'])} / {_where(opts, c['split'])}", words,
                      str(c["round"] or "-"), str(c["seeds"]), last])
     data = pd.DataFrame([{k: v for k, v in c.items() if k not in ("lo", "hi", "at")}
                          for c in comps])
@@ -94,7 +97,10 @@ def adaptive_section(ctx: Context) -> Section:
         f"(a difference, with its sign) or lies inside ±{100 * eq:g} points (equivalent: no "
         "difference that large); its rows then get no more seeds on that dataset unless another "
         f"open comparison needs them. Rounds: {opts['start']} seeds, then {opts['step']} per "
-        f"round, at most {opts['max']}.",
+        f"round, at most {opts['max']}." + (
+            " An open comparison that no values of its seeds left up to the maximum could "
+            "decide (what its bets can still win cannot reach 1/alpha) asks for no more seeds: "
+            "stopping it loses no decision." if opts.get("sequence") == "betting" else ""),
         f"{decided} of {len(comps)} comparisons decided after round {doc['round']}{absent}; "
         f"{runs}.",
         "Reading a decision: 'higher' or 'lower' means the interval of the mean difference, "

@@ -156,6 +156,33 @@ def equivalence_seeds(equivalence: float, alpha: float, c: float = BET_C) -> int
     return math.ceil(math.log(2.0 / alpha) / math.log1p(win) - 1e-12)
 
 
+def can_still_decide(d: object, remaining: int, alpha: float, equivalence: float,
+                     c: float = BET_C) -> bool:
+    """Whether `remaining` more paired differences, whatever they are, could still make the
+    sequence decide after the differences `d` (1-D, in seed order). A truncated bet multiplies
+    K+(m) by at most 1 + c (1 - m) / m a seed (x = 1) and K-(m) by at most 1 + c m / (1 - m)
+    (x = 0), so a capital whose running maximum M has M F^remaining < 2 / alpha never reaches
+    the bar: at m = 1/2 (F = 1 + c) that rules out 'greater' and 'less'; at the margins
+    (1 -+ eq) / 2 (the same F for both) 'equivalent' needs both capitals, so it is out when
+    either is. False: no continuation can decide it (stopping it loses no decision)."""
+    c = _check_c(c)
+    x, lp, ln = _prepare(d, alpha)
+    if x.ndim != 1 or remaining < 0:
+        raise ValueError("d must be 1-D and remaining >= 0")
+    bar = 1.0 / (THETA * alpha)
+    if x.size == 0:
+        return True
+    kp0, kn0 = capitals(x, 0.5, lp, ln, c)
+    m = (1.0 - equivalence) / 2.0
+    kp_lo, _ = capitals(x, m, lp, ln, c)
+    _, kn_hi = capitals(x, 1.0 - m, lp, ln, c)
+    reach = (1.0 + c) ** remaining
+    reach_eq = (1.0 + c * (1.0 - m) / m) ** remaining
+    sign = max(kp0[-1], kn0[-1]) * reach >= bar
+    same = min(kp_lo[-1], kn_hi[-1]) * reach_eq >= bar
+    return bool(sign or same)
+
+
 def seed_floor(delta: float, alpha: float) -> int:
     """Fewest seeds ANY level-alpha test of a bounded mean needs to exclude 0 when every
     difference is delta: ln(2 / alpha) / ln(1 + delta), rounded up (two-sided)."""

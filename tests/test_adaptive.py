@@ -20,6 +20,7 @@ from ablate.runner.execute.progress import Summary
 from ablate.runner.plan import adaptive as ad
 from ablate.runner.plan.adaptive_rounds import Rounds
 from ablate.runner.study.expand import build_study
+from analysis import betting
 
 TINY = """\
 description: tiny adaptive
@@ -191,8 +192,9 @@ def _values(diffs: dict[str, float], n: int, rng) -> pd.DataFrame:
 
 def test_decisions_stop_decided_rows_and_replay_the_same():
     """A clear difference (85 points) is decided by the first look the sequence allows and its
-    rows stop, while a null comparison stays open; deciding again from the same store gives
-    the same decisions round by round (what a rerun does)."""
+    rows stop, while a null comparison stays open until no seeds up to max could decide it
+    (then it asks for none: `stopped`); deciding again from the same store gives the same
+    decisions round by round (what a rerun does)."""
     a = ad.AdaptiveSeeds(start=10, step=2, max=20, equivalence=0.001)
     plan = ad.PlanRows({}, [("B", "A", "x"), ("C", "A", "y")],
                        {"A": ["colors"], "B": ["colors"], "C": ["colors"]})
@@ -215,7 +217,16 @@ def test_decisions_stop_decided_rows_and_replay_the_same():
     assert seen[0] == ["A", "C"]  # B stops after round 1; A stays for its open comparison
     again, seen2 = replay()
     assert seen2 == seen and [d.decision for d in again.values()] == [d.decision for d in dec.values()]
-    assert c_vs_a.at == list(range(10, 21, 2)) and len(c_vs_a.lo) == len(c_vs_a.at)
+    assert c_vs_a.decision == "open" and c_vs_a.stopped > 1
+    assert c_vs_a.at == list(range(10, 2 * c_vs_a.stopped + 9, 2)) and len(c_vs_a.lo) == len(c_vs_a.at)
+    assert seen[c_vs_a.stopped - 1:] == [[]] * (a.rounds - c_vs_a.stopped + 1)  # nothing more
+    x = (values.set_index(["row", "seed"])["value"].unstack(0))
+    d = (x["C"] - x["A"]).loc[c_vs_a.order].to_numpy()
+    alpha = ad.sequence_alpha(a, 2)
+    n = len(c_vs_a.order)  # the look that stopped it could not reach a decision by max ...
+    assert not betting.can_still_decide(d, a.max - n, alpha, a.equivalence)
+    # ... the look before could
+    assert betting.can_still_decide(d[:n - 2], a.max - n + 2, alpha, a.equivalence)
 
 
 def _on(shifts: dict[tuple[str, str], float], n: int, seed: int = 0) -> pd.DataFrame:
@@ -258,7 +269,8 @@ def test_a_row_stops_on_the_datasets_where_it_is_decided(studies, tmp_path, monk
     """A row label spans COLORS and TRIANGLES: decided on COLORS after round 1, it gets more
     seeds on TRIANGLES only; plan.json names every round run; the seed runs are counted per
     (row, dataset) once each round has run."""
-    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}", template=TWO))
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14, "
+                                   "sequence: asymptotic}}", template=TWO))
     summary, runs, lines = _run_rounds(monkeypatch, tmp_path, study, _on(SPLIT_BY_DATASET, 14))
     assert len(runs) == 3 and summary.exit_code == 0
     assert {t.config.dataset for t in runs[0].trials} == {"colors", "triangles"}
@@ -274,7 +286,7 @@ def test_a_row_stops_on_the_datasets_where_it_is_decided(studies, tmp_path, monk
 def test_failed_trials_do_not_stop_the_study(studies, tmp_path, monkeypatch):
     """A round whose trials failed after their retries is decided on the seeds the rows share
     and the study goes on to its last round; exit 1 at the end."""
-    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14, sequence: asymptotic}}"))
     first = lambda trials: {"failed": [trials[0].trial_id]}  # noqa: E731
     summary, runs, _ = _run_rounds(monkeypatch, tmp_path, study,
                                    _on({(r, "colors"): 0.0 for r in ROWS}, 14), [first])
@@ -285,7 +297,7 @@ def test_an_interrupted_round_stops_the_study_and_saves_nothing_yet(studies, tmp
                                                                      monkeypatch):
     """Round 2 interrupted: the study stops there (a rerun resumes); its seed runs are not
     counted, and the rounds not run are "not run yet", not saved."""
-    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14, sequence: asymptotic}}"))
     stop = lambda trials: {"remaining": [t.trial_id for t in trials], "signal": "SIGINT"}  # noqa: E731
     values = _on({(r, "colors"): 0.0 for r in ROWS}, 14)
     summary, runs, lines = _run_rounds(monkeypatch, tmp_path, study, values, [lambda t: {}, stop])
@@ -584,7 +596,9 @@ def test_force_says_which_stored_decisions_it_drops(studies, tmp_path, monkeypat
     monkeypatch.setattr(driver, "run_study", lambda part, *a, **k: Summary(
         part.name, len(part.trials), ok=len(part.trials)))
     run_adaptive(study, str(tmp_path / "r"), force=True, say=lines.append)
-    assert "force=true drops the stored decisions of round(s) 1-3 (1 decided: GIN unsup vs " \
+    # round 1 decides unsup vs global pool; sup vs unsup (every difference 0) can then not be
+    # decided within the 4 seeds left (1.75^4 < 2 / alpha): the study ends after round 1
+    assert "force=true drops the stored decisions of round(s) 1-1 (1 decided: GIN unsup vs " \
            "GIN global pool (colors test_largec): greater in round 1)" in lines[0]
 
 

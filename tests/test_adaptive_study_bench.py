@@ -72,3 +72,47 @@ def test_the_simulated_spreads_are_the_kept_records():
              if r["side"] == "ours" and r["row"] == "sup" and r.get("n_train") == 9984
              and not r.get("set") and "30" in r["curve"]]
     assert len(noisy) == 3 and round(statistics.stdev(noisy), 3) == sim.SPREADS["MNIST-75SP NOISY"]
+
+
+TINY = """\
+description: tiny adaptive
+fixed: {dataset: colors, backbone: gin, epochs: 2}
+data: {n_train: 40, n_val: 20, n_test: 30, n_max_large: 30}
+variants:
+  - {pool_layers: []}
+  - {supervision: unsup}
+  - {supervision: sup}
+seeds: {adaptive: {start: 10, step: 2, max: 20}}
+seeds_per_trial: 2
+"""
+
+
+def test_a_replay_decides_the_rounds_again_from_the_store_and_counts_what_ran(tmp_path,
+                                                                             monkeypatch):
+    """A store holding every round: unsup vs global pool (+80 points) is decided in round 1;
+    sup vs unsup (every difference 0) stays open until no seeds up to 20 could decide it
+    (14 seeds: 1.75^6 < 2 / (0.05 / 2) = 80 <= 1.75^8), then asks for none. Seed runs: 30 in
+    round 1, the two rows' 4 in rounds 2 and 3; trial time: each trial's trial_s once."""
+    from ablate.runner.study.expand import build_study
+    from analysis.synthetic import trial_record, write_trials
+
+    replay = benchmark("adaptive_replay")
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "adtiny.yaml").write_text(TINY)
+    monkeypatch.setenv("ABLATE_STUDIES", str(tmp_path / "studies"))
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    study, _ = build_study("adtiny")
+    level = {"": 0.1, "unsup": 0.9, "sup": 0.9}
+    rows = [trial_record(trial_id=t.trial_id, seed=s, split="test_largec", trial_s=10.0,
+                         accuracy=level[t.config.supervision if t.config.pool_layers else ""],
+                         seeds=",".join(map(str, t.config.seeds)))
+            for t in study.trials for s in t.config.seeds]
+    write_trials(tmp_path / "r", "adtiny", rows)
+    got = replay.replay("adtiny", [], tmp_path / "r")
+    assert (got["round"], got["seed_runs"], got["seed_runs_max"]) == (3, 38, 60)
+    assert got["seed_runs_per_round"] == [30, 4, 4] and got["trial_s"] == 190.0
+    by = {(c["row"], c["baseline"]): c for c in got["comparisons"]}
+    assert (by[("GIN unsup", "GIN global pool")]["decision"],
+            by[("GIN unsup", "GIN global pool")]["round"]) == ("greater", 1)
+    sup = by[("GIN sup", "GIN unsup")]
+    assert (sup["decision"], sup["stopped"], sup["seeds"]) == ("open", 3, 14)

@@ -103,6 +103,41 @@ def test_the_narrowest_equivalence_is_where_zero_spread_decides(seeds, alpha):
         math.log(2 * 13 / ALPHA) / math.log1p(0.75 * 0.01 / 0.99)) == 829
 
 
+def test_a_comparison_no_seeds_left_can_decide_is_found_and_never_one_they_could():
+    """`can_still_decide(d, r, ...)` False means no r more differences decide: checked against
+    every continuation that could (all +1, all -1, all 0 for equivalence, a run of +1 then of
+    -1 and the reverse, random ones) on skewed, null and collapsing seeds. Zero differences at
+    alpha / 13 with max 40: K = 1 at m = 1/2, and 1.75^10 = 270 < 520 <= 1.75^12, so 10 seeds
+    left cannot decide, 12 can."""
+    alpha = ALPHA / 13
+    assert not betting.can_still_decide(np.zeros(30), 10, alpha, 0.01)
+    assert betting.can_still_decide(np.zeros(28), 12, alpha, 0.01)
+    assert betting.can_still_decide(np.zeros(10), 0, alpha, 0.5) is False
+    rng = np.random.default_rng(0)
+    found = 0
+    for trial in range(300):
+        n, left = int(rng.integers(10, 36)), int(rng.integers(1, 12))
+        kind = trial % 3
+        d = (rng.normal(0, 0.1, n) if kind == 0 else
+             np.where(rng.random(n) < 0.1, -0.45, 0.05) if kind == 1 else
+             np.where(rng.random(n) < 0.05, -0.8, rng.normal(0, 0.01, n)))
+        d = np.clip(d, -1, 1)
+        if betting.can_still_decide(d, left, alpha, 0.01):
+            continue
+        found += 1
+        half = left // 2
+        tails = [np.ones(left), -np.ones(left), np.zeros(left),
+                 np.r_[np.ones(half), -np.ones(left - half)],
+                 np.r_[-np.ones(half), np.ones(left - half)],
+                 *np.clip(rng.normal(0, 0.5, (5, left)), -1, 1)]
+        for tail in tails:
+            full = np.r_[d, tail]
+            codes = betting.decision_codes(full[None, :], np.arange(n + 1, n + left + 1),
+                                           alpha, 0.01)
+            assert not codes.any(), (trial, n, left)
+    assert found > 50  # the rule does stop comparisons, not only in theory
+
+
 def test_the_dry_run_of_an_adaptive_study_says_what_the_default_can_decide(tmp_path, capsys):
     """The dry run states, before anything runs, the smallest difference the betting default
     can decide within its max seeds (study=supervision: 13 comparisons, 40 seeds: about 23
@@ -230,6 +265,7 @@ def test_the_nulls_of_the_spec_keep_every_error_at_alpha_where_the_asymptotic_on
     (lambda: betting.betting_cs([0.1], 0.05, c=1.0), "c must be in (0, 1)"),
     (lambda: betting.seed_floor(0.0, 0.05), "delta must be in (0, 1]"),
     (lambda: betting.equivalence_seeds(0.0, 0.05), "equivalence must be in (0, 1)"),
+    (lambda: betting.can_still_decide(np.zeros((2, 3)), 1, 0.05, 0.01), "d must be 1-D"),
     (lambda: betting.equivalence_seeds(0.01, 1.5), "alpha must be in (0, 1)"),
 ])
 def test_bad_input_is_one_line(bad, words):

@@ -62,7 +62,8 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
             span = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"{seeds[0]}"
             c = rounds.counts()
             say(f"[{study.name}] round {r}: seed(s) {span} for {len(rounds.active)} of {n_pairs} "
-                f"(row, dataset) pairs; comparisons {c['decided']} decided / {c['open']} open; "
+                f"(row, dataset) pairs; comparisons {c['decided']} decided / {c['open']} open"
+                f"{_stopped(c)}; "
                 f"{rounds.saved} seed runs saved so far")
             if display is not None:
                 display.study = f"{study.name} round {r}"
@@ -92,7 +93,7 @@ def run_adaptive(study: Study, results_dir: str, force: bool = False,
     left = f", {len(rounds.left_out)} left out (no {ad.metric} on a row)" if rounds.left_out else ""
     where = f"; decisions in {path}" if rounds.round else ""  # none before a round has run
     say(f"[{study.name}] adaptive seeds: {c['decided']} of {len(rounds.decisions)} comparisons "
-        f"decided, {c['open']} open{absent}{left}; {rounds.seed_words()}{where}")
+        f"decided, {c['open']} open{_stopped(c)}{absent}{left}; {rounds.seed_words()}{where}")
     total.total = total.ok + total.skipped + len(total.failed) + len(total.remaining)
     total.wall_s = time.time() - t0
     return total
@@ -123,3 +124,9 @@ def _add(total: Summary, part: Summary) -> None:
             setattr(total, f, getattr(part, f))
     for k, v in part.timings.items():
         total.timings[k] = total.timings.get(k, 0.0) + v
+
+
+def _stopped(counts: dict[str, int]) -> str:
+    """The open comparisons no seeds up to max can decide (they ask for no more seeds)."""
+    n = counts.get("stopped", 0)
+    return f" ({n} of them beyond deciding by max: no more seeds)" if n else ""

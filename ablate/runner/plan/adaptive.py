@@ -140,6 +140,9 @@ class Decision:
     hi: list[float] = field(default_factory=list)
     at: list[int] = field(default_factory=list)  # seeds at each look
     order: list[int] = field(default_factory=list)  # the seeds in the order the sequence took them
+    # the round after which no values of the seeds left up to max could decide it (betting:
+    # `analysis.betting.can_still_decide`); it stays open and asks no more seeds (0: never)
+    stopped: int = 0
 
     @property
     def key(self) -> tuple:
@@ -208,7 +211,7 @@ def decide_round(ad: AdaptiveSeeds, plan: PlanRows, values: pd.DataFrame, upto: 
     by = {k: g.set_index("seed")["value"] for k, g in v.groupby(["row", "dataset", "split"])}
     seen = set(zip(v["row"], v["dataset"]))
     for d in decisions.values():
-        if d.decision != OPEN:
+        if d.decision != OPEN or d.stopped:
             continue
         a, b = by.get((d.row, d.dataset, d.split)), by.get((d.baseline, d.dataset, d.split))
         if (a is None or b is None) and {(d.row, d.dataset), (d.baseline, d.dataset)} <= seen:
@@ -228,6 +231,25 @@ def decide_round(ad: AdaptiveSeeds, plan: PlanRows, values: pd.DataFrame, upto: 
         d.at.append(len(d.order))
         if verdict != OPEN:
             d.decision, d.round = verdict, r
+        elif len(d.order) < ad.max and not can_decide(ad, diff, ad.max - len(d.order), alpha):
+            d.stopped = r  # before max only: one open at max is just open
+
+
+def can_decide(ad: AdaptiveSeeds, diff: object, remaining: int, alpha: float) -> bool:
+    """Whether `remaining` more seeds could still decide an open comparison after `diff`:
+    for the exact betting sequence a bound on what its capitals can still win (False: no
+    seeds up to max can decide it, so it asks for none); the other sequences: while seeds
+    remain (their intervals have no such bound)."""
+    if remaining <= 0:
+        return False
+    if ad.sequence != "betting":
+        return True
+    import numpy as np
+
+    from analysis.betting import can_still_decide
+
+    d = np.clip(np.asarray(diff, dtype=float), -1, 1)
+    return can_still_decide(d, remaining, alpha, ad.equivalence)
 
 
 def sequence_alpha(ad: AdaptiveSeeds, comparisons: int) -> float:
@@ -260,8 +282,9 @@ def sequence_decision(ad: AdaptiveSeeds, diff: object, alpha: float) -> tuple[fl
 
 
 def active_pairs(decisions: dict[tuple, Decision]) -> set[tuple[str, str]]:
-    """(row, dataset) of the comparisons still open: both sides of each, on its dataset."""
-    return {(x, d.dataset) for d in decisions.values() if d.decision == OPEN
+    """(row, dataset) of the comparisons still open and asking for seeds (not `stopped`):
+    both sides of each, on its dataset."""
+    return {(x, d.dataset) for d in decisions.values() if d.decision == OPEN and not d.stopped
             for x in (d.row, d.baseline)}
 
 

@@ -100,7 +100,14 @@ class Rounds:
         if self.round == 0:
             return {row_pair(self.plan, t) for t in self.trials}
         return {(x, d.dataset) for d in self.decisions.values()
-                if d.decision == OPEN or d.round > self.round for x in (d.row, d.baseline)}
+                if self._open(d) for x in (d.row, d.baseline)}
+
+    def _open(self, d: Decision) -> bool:
+        """Open and asking for seeds after the last round (a decision or a stop made in a
+        later round of a replayed file does not count yet)."""
+        if d.round > self.round:
+            return True
+        return d.decision == OPEN and not 0 < d.stopped <= self.round
 
     def round_trials(self, r: int, every: bool = False) -> list:
         """The trials of round `r` (the next) for the pairs still trained (`every`: all)."""
@@ -133,7 +140,10 @@ class Rounds:
         """Comparisons decided, open and absent (their split not made), after the last round."""
         states = [OPEN if d.round > self.round else d.decision for d in self.decisions.values()]
         n_open, n_absent = states.count(OPEN), states.count("absent")
-        return {"decided": len(states) - n_open - n_absent, "open": n_open, "absent": n_absent}
+        stopped = sum(d.decision == OPEN and 0 < d.stopped <= self.round
+                      for d in self.decisions.values())
+        return {"decided": len(states) - n_open - n_absent, "open": n_open, "absent": n_absent,
+                "stopped": stopped}
 
     def seed_words(self) -> str:
         """The seed runs so far, in words: saved only once nothing more will run."""
