@@ -11,7 +11,7 @@ each rule decides and in which round, which it stops, the seed runs it trains an
 time those would have taken (the store's `trial_s` of the trials it runs). The record's own
 decisions (its `adaptive.json`) stand beside, so a change of rule is measured on real seeds:
 here, stopping the open comparisons that no seeds up to `max` could decide
-(`analysis.betting.can_still_decide`). Writes `OUT/<study>_replay.json`.
+(`analysis.betting.can_still_decide`). Writes `OUT/<study name>_replay.json`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def replay(study_name: str, overrides: list[str], store: Path) -> dict:
         rounds.decide(r, values)
         if not rounds.active:
             break
-    return {"round": rounds.round, "seed_runs": rounds.seed_runs,
+    return {"name": study.name, "round": rounds.round, "seed_runs": rounds.seed_runs,
             "seed_runs_max": rounds.seed_runs_max, "trial_s": round(ran_s, 1),
             "seed_runs_per_round": trained,
             "comparisons": [{"row": d.row, "baseline": d.baseline, "dataset": d.dataset,
@@ -85,23 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max", type=int, required=True, help="the run's seeds.adaptive.max")
     p.add_argument("--store", type=Path, required=True, help="results folder of the run")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--override", action="append", default=[],
+                   help="an override the run had (repeatable; e.g. data.path=DIR, part of "
+                        "the trial ids)")
     a = p.parse_args(argv)
-    overrides = [f"seeds={{adaptive:{{max:{a.max}}}}}"]
+    overrides = [*a.override, f"seeds={{adaptive:{{max:{a.max}}}}}"]
     now = replay(a.study, overrides, a.store)
+    name = now["name"]
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                          text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     doc = {"study": a.study, "max": a.max, "store": str(a.store), "replayed": now,
-           "recorded": stored(a.store, a.study), "git_sha": sha, "git_dirty": bool(dirty),
+           "recorded": stored(a.store, name), "overrides": a.override, "git_sha": sha,
+           "git_dirty": bool(dirty),
            "machine": {"python": platform.python_version()},
            "command": f"python benchmarks/adaptive_replay.py {a.study} --max {a.max} "
-                      f"--store {a.store} --out {a.out}"}
+                      f"--store {a.store} --out {a.out}"
+                      + "".join(f" --override {o}" for o in a.override)}
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"{a.study}_replay.json"
+    path = a.out / f"{name}_replay.json"
     path.write_text(json.dumps(doc, indent=1))
     rec = doc["recorded"]
-    print(f"{a.study}: replayed {now['seed_runs']} seed runs ({now['trial_s'] / 3600:.2f} h of "
+    print(f"{name}: replayed {now['seed_runs']} seed runs ({now['trial_s'] / 3600:.2f} h of "
           f"trial time) to round {now['round']}, recorded {rec['seed_runs']} to round "
           f"{rec['round']}; {path}")
     return 0

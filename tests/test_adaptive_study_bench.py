@@ -3,6 +3,7 @@ the round of its seeds, whole across a run stopped and resumed (the log's walls 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -116,3 +117,10 @@ def test_a_replay_decides_the_rounds_again_from_the_store_and_counts_what_ran(tm
             by[("GIN unsup", "GIN global pool")]["round"]) == ("greater", 1)
     sup = by[("GIN sup", "GIN unsup")]
     assert (sup["decision"], sup["stopped"], sup["seeds"]) == ("open", 3, 14)
+    # the script: the record beside the store's own decisions, named by the study's name
+    doc = {"round": 16, "seed_runs": 60, "comparisons": got["comparisons"]}
+    (tmp_path / "r" / "adtiny" / "adaptive.json").write_text(json.dumps(doc))
+    assert replay.main([str(tmp_path / "studies" / "adtiny.yaml"), "--max", "20", "--store",
+                        str(tmp_path / "r"), "--out", str(tmp_path / "out")]) == 0
+    rec = json.loads((tmp_path / "out" / "adtiny_replay.json").read_text())
+    assert rec["replayed"]["seed_runs"] == 38 and rec["recorded"]["seed_runs"] == 60
