@@ -434,7 +434,9 @@ def test_an_adaptive_study_runs_in_rounds_and_a_rerun_replays_them(studies, tmp_
     real_start = ray_env.start_ray
     monkeypatch.setattr(ray_env, "start_ray", lambda *a: starts.append(1) or real_start(*a))
     sessions = set(ray_temp_dir().glob("session_2*"))
-    name = studies("{adaptive: {start: 2, step: 1, max: 4, equivalence: 0.05}}")
+    # prpl_eb: a sequence without the betting default's stop for comparisons no seeds left can
+    # decide (none can here, at 2-4 seeds), so all three rounds run
+    name = studies("{adaptive: {start: 2, step: 1, max: 4, equivalence: 0.05, sequence: prpl_eb}}")
     res = tmp_path / "r"
     assert main([f"study={name}", f"results_dir={res}", "progress=none"]) == 0
     assert len(starts) == 1 and not ray.is_initialized()  # three rounds, one Ray
@@ -626,3 +628,26 @@ def test_a_decisions_file_or_store_that_cannot_be_used_is_the_exit_3_line(
         summary, runs = run_adaptive(study, str(tmp_path / "r"), say=lambda s: None), [1]
     assert summary.exit_code == 3 and len(runs) == 1
     assert summary.storage_error == f"No space left on device writing {tmp_path / 'r' / 'x'}"
+
+
+def test_a_comparison_no_seeds_left_can_decide_stops_asking_and_a_rerun_replays_it(
+        studies, tmp_path, monkeypatch):
+    """TINY at max 14: unsup vs global pool (+80 points) is decided in round 1; sup vs unsup
+    (every difference 0) cannot be decided by the 4 seeds left (1.75^4 < 2 / (0.05 / 2)), so
+    it is stopped in round 1 and no round 2 runs; the file says so, the last line counts it,
+    and a rerun replays the same file."""
+    study, _ = build_study(studies("{adaptive: {start: 10, step: 2, max: 14}}"))
+    summary, runs, lines = _run_rounds(monkeypatch, tmp_path, study, _gap(14))
+    assert len(runs) == 1 and summary.exit_code == 0
+    path = tmp_path / "r" / study.name / ad.DECISIONS_FILE
+    doc = json.loads(path.read_text())
+    by = {(c["row"], c["baseline"]): c for c in doc["comparisons"]}
+    sup = by[("GIN sup", "GIN unsup")]
+    assert (sup["decision"], sup["stopped"], sup["seeds"]) == ("open", 1, 10)
+    assert doc["finished"] and (doc["seed_runs"], doc["seed_runs_max"]) == (30, 42)
+    assert "1 of 2 comparisons decided, 1 open (1 of them beyond deciding by max: no more " \
+           "seeds)" in lines[-1]
+    assert "30 of 42 seed runs (12 saved)" in lines[-1]
+    before = path.read_text()
+    _run_rounds(monkeypatch, tmp_path, study, _gap(14))
+    assert path.read_text() == before
