@@ -289,7 +289,7 @@ def _main(argv: list[str]) -> int:
         if options["dry_run"]:  # a run makes these checks itself (run_study), before Ray
             check_devices(study, options["ray_address"])
             check_resources_early(study, options["ray_address"])
-            notes = [*merge_notes(study), *check_data_paths(study)]
+            notes = check_data_paths(study)
             from ablate.runner.execute.ray_env import RayMode
             from ablate.runner.plan.checks import cluster_address
             from ablate.runner.plan.datasets import check_trial_files
@@ -301,6 +301,8 @@ def _main(argv: list[str]) -> int:
             memory_plan(study, embedded=embedded)  # a trial this machine cannot hold: exit 2 now
             writable = Store(options["results_dir"], study.name).writable(keep=False)  # or 2
             print(dry_run(study, options))
+            for note in merge_notes(study):  # the rows the table above makes
+                print(f"note: {note}")
             print(memory_plan(study, embedded=embedded))  # estimate=calibrate prepared the data
             for note in notes:
                 print(f"note: {note}")
@@ -309,8 +311,8 @@ def _main(argv: list[str]) -> int:
                       "can only re-check it")
             return 0
 
-        for note in merge_notes(study):  # before the run's lines: the rows it will have
-            print(f"note: {note}", file=sys.stderr)
+        for note in merge_notes(study):  # stdout, before the run: stderr keeps an error one line
+            print(f"note: {note}", flush=True)
         made = Store(options["results_dir"], study.name).new_folders()
         _keep_study_file(study, options["results_dir"])
         if study.spec.adaptive is not None:  # rounds of seeds, as long as comparisons are open
