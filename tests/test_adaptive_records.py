@@ -30,13 +30,13 @@ def test_the_records_are_the_asymptotic_sequences_and_their_equivalents_zero_spr
     assert sup["options"]["sequence"] == "asymptotic"
     [gt] = [c for c in sup["comparisons"] if (c["row"], c["baseline"]) == GT]
     assert (gt["decision"], gt["round"], gt["lo"], gt["hi"]) == ("equivalent", 1, [0.0], [0.0])
-    tables = _tables()
-    assert "Decided by the `asymptotic` sequence" in tables._adaptive_sequence(sup)
-    assert "1 'equivalent' came from an interval of [0, 0]" in tables._adaptive_sequence(sup)
+    words = _tables().tables_adaptive._adaptive_sequence
+    assert "Decided by the `asymptotic` sequence" in words(sup)
+    assert "1 'equivalent' came from an interval of [0, 0]" in words(sup)
     smoke = json.loads((RUNS / "smoke.json").read_text())["adaptive"]
-    assert "7 'equivalent' came from an interval of [0, 0]" in tables._adaptive_sequence(smoke)
+    assert "7 'equivalent' came from an interval of [0, 0]" in words(smoke)
     today = {**sup, "options": {**sup["options"], "sequence": "betting"}}
-    assert tables._adaptive_sequence(today).endswith("today's default.")
+    assert words(today).endswith("today's default.")
 
 
 def test_the_default_never_calls_zero_spread_equivalent():
