@@ -7,7 +7,7 @@ inverting it, Holm-adjusted over the study; only with at least `stats.MIN_PAIRED
 shared seeds), and the paper's number. Where both rows' runs are folds of one k-fold
 cross-validation (`data.protocol: cv`) the unit is the test fold instead: per fold of a
 partition (`data.split_seed`; `data.split_seed: seed` gives every seed its own) the mean
-over its seeds, paired over the test folds both rows have, by the corrected resampled
+over the seeds both rows ran on it, paired over the test folds both rows have, by the corrected resampled
 t-test (`stats.paired_folds`; `test` names the test of each line). `primary` picks each
 row's first comparison and `significant` says whether a line clears `ALPHA`. Values are in
 percent.
@@ -102,7 +102,7 @@ def cell_stats(ok: pd.DataFrame, comparisons: dict[str, list[Comparison]], rows:
         cell = {"row": row, "variant": variant_of[row], "dataset": dset, "column": col,
                 "n": int(v.size), "seeds": int(seeds_of[(row, dset, col)].size), "mean": mean,
                 "std": std, "ci_lo": lo, "ci_hi": hi,
-                "folds": int(folds_of[(row, dset, col)][0].size)
+                "folds": _n_folds(folds_of[(row, dset, col)][0])
                 if (row, dset, col) in folds_of else 0,
                 "paper": ref.mean if ref else math.nan,
                 "paper_std": ref.std if ref and ref.std is not None else math.nan,
@@ -166,11 +166,11 @@ CV_UNIT = ["cv_split", "cv_fold"]  # a test fold: the fold of one partition (spl
 
 
 def _folds_of(obs: pd.DataFrame) -> dict[tuple, tuple[pd.Series, int]]:
-    """(row, dataset, column) -> (mean over each test fold's runs, indexed by (partition,
-    fold); the CV's k), for the cells whose every run is a fold of one k-fold
-    cross-validation (`cv_cells`). A fold number alone is no unit where the partitions
-    differ (`data.split_seed: seed`: every seed its own), so fold 3 of two partitions is two
-    units, each paired only with the baseline's same partition and fold."""
+    """(row, dataset, column) -> (each run's value, indexed by (partition, fold, seed); the
+    CV's k), for the cells whose every run is a fold of one k-fold cross-validation
+    (`cv_cells`). A fold number alone is no unit where the partitions differ
+    (`data.split_seed: seed`: every seed its own), so fold 3 of two partitions is two units,
+    each paired only with the baseline's same partition and fold (`_fold_means`)."""
     out: dict[tuple, tuple[pd.Series, int]] = {}
     ks = cv_cells(obs)
     if not ks:
@@ -178,8 +178,23 @@ def _folds_of(obs: pd.DataFrame) -> dict[tuple, tuple[pd.Series, int]]:
     for key, g in obs.groupby(["row", "dataset", "column"], sort=False):
         if key in ks:
             g = g.assign(cv_fold=g["cv_fold"].to_numpy(dtype=float).astype(int))
-            out[key] = (g.groupby(CV_UNIT, sort=True)["value"].mean(), ks[key])
+            out[key] = (g.groupby([*CV_UNIT, "seed"], sort=True)["value"].mean(), ks[key])
     return out
+
+
+def _n_folds(runs: pd.Series) -> int:
+    """The test folds (partition, fold) a cell's runs cover."""
+    return int(runs.index.droplevel("seed").nunique())
+
+
+def _fold_means(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per test fold both cells have, the mean over the seeds BOTH ran on it, for each cell:
+    a seed one row lacks on a fold is left out of the other's mean there too, so each fold's
+    difference is paired run for run (as `benchmarks/tu_beyond_summary.py` pairs them)."""
+    shared = a.index.intersection(b.index)
+    fa = a.loc[shared].groupby(level=CV_UNIT, sort=True).mean()
+    fb = b.loc[shared].groupby(level=CV_UNIT, sort=True).mean()
+    return fa.to_numpy(), fb.loc[fa.index].to_numpy()
 
 
 def _compare(comp: Comparison | None, seeds_of: dict, folds_of: dict, key: tuple,
@@ -199,11 +214,10 @@ def _compare(comp: Comparison | None, seeds_of: dict, folds_of: dict, key: tuple
         return rec
     if key in folds_of and bkey in folds_of and folds_of[key][1] == folds_of[bkey][1]:
         (a, k), (b, _) = folds_of[key], folds_of[bkey]
-        shared = a.index.intersection(b.index)
-        if not len(shared):
+        fa, fb = _fold_means(a, b)
+        if not fa.size:
             return rec
-        pr = stats.paired_folds(a.loc[shared].to_numpy(), b.loc[shared].to_numpy(), k,
-                                alpha=ALPHA)
+        pr = stats.paired_folds(fa, fb, k, alpha=ALPHA)
     else:
         a, b = seeds_of[key], seeds_of[bkey]
         shared = a.index.intersection(b.index)

@@ -198,7 +198,7 @@ def paired(variant: object, baseline: object, alpha: float = 0.05, n_perm: int =
 
 def paired_folds(variant: object, baseline: object, folds: int, alpha: float = 0.05) -> Paired:
     """Compare two aligned arrays of a `folds`-fold cross-validation (one value per shared
-    test fold, a fold of one partition: the mean over its seeds; NaN pairs dropped) by
+    test fold, a fold of one partition: the mean over the seeds both ran; NaN pairs dropped) by
     `corrected_t`."""
     v, b = np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)
     keep = np.isfinite(v) & np.isfinite(b)

@@ -267,6 +267,27 @@ def test_benchmark_summary_uses_the_same_interval():
     assert d["folds"] == K and d["pairs"] == 2 * K
 
 
+def test_a_seed_one_row_lacks_on_a_fold_leaves_that_fold_paired_run_for_run():
+    """The baseline lacks seed 1 on folds 0 and 2: there the row's seed 1 (D - X lower) is left
+    out of its fold mean too, so fold f's difference is D + X (seed 0 alone), not D; the same
+    numbers as benchmarks/tu_beyond_summary.py, which pairs (fold, seed) runs."""
+    from _bench import benchmark
+
+    df = _frame()
+    fold = np.array([json.loads(p)["fold"] for p in df["data_params"]])
+    df = df[~((df["row"] == GLOBAL) & (df["seed"] == 1) & np.isin(fold, [0, 2]))]
+    x = _line(cell_stats(df, COMPS, [GLOBAL, UNSUP], n_boot=200))
+    want = [D[f] + (X[f] if f in (0, 2) else 0.0) for f in range(K)]
+    assert x["n_pairs"] == K and x["delta"] == pytest.approx(np.mean(want))
+    p, lo, hi = stats.corrected_t(want, folds=K)
+    assert (x["p"], x["delta_lo"], x["delta_hi"]) == pytest.approx((p, lo, hi), rel=1e-9)
+    runs = {r: {(f, s): _accuracy(r, f, s) for f in range(K) for s in range(2)
+                if not (r == GLOBAL and s == 1 and f in (0, 2))} for r in (GLOBAL, UNSUP)}
+    pairs = sorted(set(runs[UNSUP]) & set(runs[GLOBAL]))
+    d = benchmark("tu_beyond_summary").fold_difference(pairs, runs[UNSUP], runs[GLOBAL], folds=K)
+    assert (d["mean"], d["lo"], d["hi"]) == pytest.approx((x["delta"], lo, hi), rel=1e-12)
+
+
 def test_report_on_a_cv_store(tmp_path):
     """End to end: a store of 2 rows x 5 folds x 2 seeds (the runner's data_params) gives a
     tested comparison over 5 folds, its test named in the CSV and the markdown table, and no
