@@ -225,8 +225,11 @@ def _panel(ax, c: dict, means: list[float] | None, opts: dict,
     ax.set_xlim(*seeds)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylim(*panel_limits(c["lo"], c["hi"], eq))
+    state = c["decision"]
+    if state == "open" and c.get("stopped") and at:
+        state = f"open, undecidable by {opts['max']}: stopped at {at[-1]}"
     ax.set_title(f"{c['row']} vs {c['baseline']}\n{dataset_name(c['dataset'])} "
-                 f"{_where(opts, c['split'])}: {c['decision']}", fontsize=8,
+                 f"{_where(opts, c['split'])}: {state}", fontsize=8,
                  color=colour if c["decision"] != "open" else "black")
     ax.set_xlabel("seeds", fontsize=8)
     ax.set_ylabel("difference (points)", fontsize=8)

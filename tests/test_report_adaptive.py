@@ -216,6 +216,11 @@ def test_the_adaptive_figure_shares_its_seeds_axis_and_draws_a_first_look(tmp_pa
     dots = [line for line in first.lines if line.get_marker() == "o"]
     assert [d.get_ydata().tolist() for d in dots] == [pytest.approx([45.0])]  # the mean, not 50
     assert not [line for line in later.lines if line.get_marker() == "o"]  # no mean: no dot
+    comps[1]["stopped"] = 3  # no seeds up to max could decide it: the title says where it stopped
+    drawn.clear()
+    adaptive_section._figure(comps, [[0.45], None], opts, tmp_path, "ad__adaptive")
+    later = [ax for ax in drawn[0].axes if ax.get_visible()][1]
+    assert later.get_title().endswith("open, undecidable by 14: stopped at 14")
     assert first.get_xlim() == later.get_xlim() == (8.5, 15.5)
     lo, hi = first.get_ylim()
     assert lo < 0 < 40 < 60 < hi  # 0 and the interval [40, 60] in view, not -100..100
