@@ -134,6 +134,11 @@ def test_the_seeds_each_pair_was_meant_to_get():
         ("B", "colors"): 12, ("A", "colors"): 14, ("C", "colors"): 14,
         ("D", "triangles"): 10, ("A", "triangles"): 10, ("E", "colors"): 10}
     assert adaptive_decisions.expected_seeds({**doc, "round": 0})[("A", "colors")] == 10
+    # C vs A stopped in round 1 (no seeds up to max could decide it): C got round 1's seeds
+    # only, and A as many as its other comparison (B, decided in round 2) called for
+    doc["comparisons"][1]["stopped"] = 1
+    got = adaptive_decisions.expected_seeds(doc)
+    assert (got[("C", "colors")], got[("A", "colors")]) == (10, 12)
 
 
 def test_auc_decisions_mark_the_auc_column(adaptive_report):
