@@ -17,6 +17,7 @@ from conftest import fake_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 bench = benchmark("mnist_train_reference")
+their = benchmark("mnist_authors")  # the authors' side of it
 
 FAKE_MAIN = '''import argparse, os, sys
 ap = argparse.ArgumentParser()
@@ -47,16 +48,16 @@ def fake_authors(tmp_path) -> Path:
 
 
 def _run(fake_authors, tmp_path, epochs=6, chunk=2):
-    steps = bench.authors_steps([3, 5], "published")
+    steps = their.authors_steps([3, 5], "published")
     # state and work given relative to here, as a user's --out is: their main.py runs elsewhere
-    return bench.run_authors_chunked("sup", 0, epochs, steps, chunk, fake_authors,
+    return their.run_authors_chunked("sup", 0, epochs, steps, chunk, fake_authors,
                                      tmp_path / "data", Path("work"), Path("state"))
 
 
 def test_published_timing_gives_their_code_the_next_epoch():
-    assert bench.authors_steps([20, 25], "published") == [21, 26]
-    assert bench.authors_steps([20, 25], "early") == [20, 25]
-    cmd = bench.authors_cmd("sup", 1, 10, [21, 26], Path("d"), resume=Path("c.pth.tar"))
+    assert their.authors_steps([20, 25], "published") == [21, 26]
+    assert their.authors_steps([20, 25], "early") == [20, 25]
+    cmd = their.authors_cmd("sup", 1, 10, [21, 26], Path("d"), resume=Path("c.pth.tar"))
     assert cmd[cmd.index("--lr_decay_step") + 1] == "21,26"
     assert cmd[cmd.index("--resume") + 1] == "c.pth.tar"
 
@@ -141,7 +142,7 @@ def _final(authors, tmp_path, name, epochs, chunk, exact, key="w"):
     import torch
 
     state = tmp_path / name
-    bench.run_authors_chunked("global", 0, epochs, [2, 3], chunk, authors, tmp_path / "data",
+    their.run_authors_chunked("global", 0, epochs, [2, 3], chunk, authors, tmp_path / "data",
                               tmp_path / "work", state, exact=exact,
                               provenance={"git_sha": "abc1234", "git_dirty": ""})
     return torch.load(state / f"checkpoint_epoch{epochs}.pth.tar", weights_only=False)[key]
@@ -179,7 +180,7 @@ def test_exact_resume_refuses_a_resume_without_its_state(tmp_path):
 
 def test_exact_resume_and_every_epoch_are_refused_together(tmp_path):
     with pytest.raises(ValueError, match="every-epoch"):
-        bench.run_authors_chunked("sup", 0, 2, [2], 1, tmp_path, tmp_path, tmp_path, tmp_path,
+        their.run_authors_chunked("sup", 0, 2, [2], 1, tmp_path, tmp_path, tmp_path, tmp_path,
                                   every_epoch=True, exact=True)
 
 
@@ -208,7 +209,7 @@ def test_their_main_py_in_exact_chunks_ends_on_the_uninterrupted_weights(tmp_pat
     (tmp_path / "work").mkdir()
 
     def final(name: str, chunk: int, exact: bool) -> dict:
-        bench.run_authors_chunked("sup", 0, 4, [2, 3], chunk, Path(AUTHORS), tmp_path / "data",
+        their.run_authors_chunked("sup", 0, 4, [2, 3], chunk, Path(AUTHORS), tmp_path / "data",
                                   tmp_path / "work", tmp_path / name, exact=exact)
         return torch.load(tmp_path / name / "checkpoint_epoch4.pth.tar", weights_only=False)["state_dict"]
 
