@@ -159,28 +159,41 @@ def equivalence_seeds(equivalence: float, alpha: float, c: float = BET_C) -> int
 def can_still_decide(d: object, remaining: int, alpha: float, equivalence: float,
                      c: float = BET_C) -> bool:
     """Whether `remaining` more paired differences, whatever they are, could still make the
-    sequence decide after the differences `d` (1-D, in seed order). A truncated bet multiplies
-    K+(m) by at most 1 + c (1 - m) / m a seed (x = 1) and K-(m) by at most 1 + c m / (1 - m)
-    (x = 0), so a capital whose running maximum M has M F^remaining < 2 / alpha never reaches
-    the bar: at m = 1/2 (F = 1 + c) that rules out 'greater' and 'less'; at the margins
-    (1 -+ eq) / 2 (the same F for both) 'equivalent' needs both capitals, so it is out when
-    either is. False: no continuation can decide it (stopping it loses no decision)."""
-    c = _check_c(c)
-    x, lp, ln = _prepare(d, alpha)
+    sequence decide after the differences `d` (1-D, in seed order): `undecidable` at the last
+    look of d with max = len(d) + remaining, negated. False: no continuation can decide it
+    (stopping it loses no decision)."""
+    x = np.asarray(d, dtype=float)
     if x.ndim != 1 or remaining < 0:
         raise ValueError("d must be 1-D and remaining >= 0")
-    bar = 1.0 / (THETA * alpha)
     if x.size == 0:
         return True
+    at = np.array([x.size])
+    if remaining == 0:  # no seeds left: only a decision already made
+        return bool(decision_codes(x[None, :], at, alpha, equivalence, c)[0, 0])
+    return not bool(undecidable(x[None, :], at, alpha, equivalence, x.size + remaining, c)[0, 0])
+
+
+def undecidable(d: np.ndarray, at: np.ndarray, alpha: float, equivalence: float,
+                max_seeds: int, c: float = BET_C) -> np.ndarray:
+    """Per row of d (studies x seeds) and look in `at`: True where no values of the seeds left
+    up to `max_seeds` could make the sequence decide. A truncated bet multiplies K+(m) by at
+    most 1 + c (1 - m) / m a seed (x = 1) and K-(m) by at most 1 + c m / (1 - m) (x = 0), so
+    a capital whose running maximum M has M F^left < 2 / alpha never reaches the bar: at
+    m = 1/2 (F = 1 + c) that rules out 'greater' and 'less'; at the margins (1 -+ eq) / 2 (the
+    same F for both) 'equivalent' needs both capitals, so it is out when either is. A look
+    with no seeds left (at = max_seeds) is never marked: the study ends there anyway."""
+    c = _check_c(c)
+    x, lp, ln = _prepare(d, alpha)
+    bar = 1.0 / (THETA * alpha)
+    j = np.asarray(at) - 1
+    left = max_seeds - np.asarray(at)
     kp0, kn0 = capitals(x, 0.5, lp, ln, c)
     m = (1.0 - equivalence) / 2.0
     kp_lo, _ = capitals(x, m, lp, ln, c)
     _, kn_hi = capitals(x, 1.0 - m, lp, ln, c)
-    reach = (1.0 + c) ** remaining
-    reach_eq = (1.0 + c * (1.0 - m) / m) ** remaining
-    sign = max(kp0[-1], kn0[-1]) * reach >= bar
-    same = min(kp_lo[-1], kn_hi[-1]) * reach_eq >= bar
-    return bool(sign or same)
+    sign = np.maximum(kp0[..., j], kn0[..., j]) * (1.0 + c) ** left >= bar
+    same = np.minimum(kp_lo[..., j], kn_hi[..., j]) * (1.0 + c * (1.0 - m) / m) ** left >= bar
+    return ~(sign | same) & (left > 0)
 
 
 def seed_floor(delta: float, alpha: float) -> int:

@@ -122,11 +122,22 @@ def rule_codes(rule: str, d: np.ndarray, at: np.ndarray, alpha: float, max_seeds
     return interval_codes(lo, hi, EQUIVALENCE), ((lo > true) | (hi < true)).any(axis=1)
 
 
+STOPPED = 9  # a code of this script's only: open, and no seeds up to MAX could decide it
+
+
 def error_line(d: np.ndarray, true: float, alpha: float, rule: str) -> dict[str, float]:
-    """One rule's rates on the studies `d` (studies x MAX seeds) whose mean is `true`."""
+    """One rule's rates on the studies `d` (studies x MAX seeds) whose mean is `true`. The
+    betting default stops a comparison no seeds up to MAX could decide, as the runner does
+    (`betting.undecidable`): it ends open there, its seeds counted to that look."""
     at = looks(START, STEP, MAX)
     codes, miss = rule_codes(rule, d, at, alpha, MAX, true)
+    stopped = np.zeros(codes.shape, dtype=bool)
+    if rule == "betting":
+        stopped = (codes == 0) & betting.undecidable(d, at, alpha, EQUIVALENCE, MAX)
+        codes = np.where(stopped, STOPPED, codes)
     code, seeds = first_decisions(codes, at)
+    early = code == STOPPED
+    code = np.where(early, 0, code)
     greater, less = code == CODES["greater"], code == CODES["less"]
     right = greater if true > 0 else less if true < 0 else np.zeros(code.shape, dtype=bool)
     equivalent = code == CODES["equivalent"]
@@ -134,7 +145,8 @@ def error_line(d: np.ndarray, true: float, alpha: float, rule: str) -> dict[str,
             "equivalent": float(equivalent.mean()),
             "false_equivalent": float(equivalent.mean()) if abs(true) > EQUIVALENCE else 0.0,
             "right_sign": float(right.mean()), "miss": float(miss.mean()),
-            "mean_seeds": float(seeds.mean()), "open_at_max": float((code == 0).mean())}
+            "mean_seeds": float(seeds.mean()), "open_at_max": float((code == 0).mean()),
+            "stopped_early": float(early.mean())}
 
 
 def power_line(d: np.ndarray, alpha: float, rule: str) -> dict[str, float | None]:

@@ -75,6 +75,24 @@ def test_the_simulated_spreads_are_the_kept_records():
     assert len(noisy) == 3 and round(statistics.stdev(noisy), 3) == sim.SPREADS["MNIST-75SP NOISY"]
 
 
+def test_the_simulation_stops_an_undecidable_comparison_as_the_runner_does():
+    """Zero spread at the default (start 10, step 2, max 40) and the 13-comparison alpha:
+    K = 1 at d = 0, and 1.75^10 < 2 / alpha = 520 <= 1.75^12, so every study stops at 30 seeds,
+    open; with a collapse now and then it stops no later than 40 and decides nothing wrong."""
+    import numpy as np
+
+    sim = benchmark("adaptive_sim")
+    alpha = 0.05 / 13
+    zero = sim.error_line(np.zeros((50, sim.MAX)), 0.0, alpha, "betting")
+    assert (zero["stopped_early"], zero["mean_seeds"], zero["open_at_max"]) == (1.0, 30.0, 1.0)
+    rng = np.random.default_rng(0)
+    d = np.where(rng.random((200, sim.MAX)) < 0.05, -0.8, rng.normal(0, 0.01, (200, sim.MAX)))
+    got = sim.error_line(d, -0.04, alpha, "betting")
+    assert got["false_difference"] == 0 and got["equivalent"] == 0 and got["mean_seeds"] <= 40
+    assert "stopped_early" not in sim.error_line(d, -0.04, alpha, "asymptotic") or \
+        sim.error_line(d, -0.04, alpha, "asymptotic")["stopped_early"] == 0
+
+
 TINY = """\
 description: tiny adaptive
 fixed: {dataset: colors, backbone: gin, epochs: 2}
