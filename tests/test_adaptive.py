@@ -651,3 +651,8 @@ def test_a_comparison_no_seeds_left_can_decide_stops_asking_and_a_rerun_replays_
     before = path.read_text()
     _run_rounds(monkeypatch, tmp_path, study, _gap(14))
     assert path.read_text() == before
+    from ablate.runner.plan.adaptive_rounds import replay_plan
+
+    status = {t.trial_id: "ok" for t in study.trials}  # verify=true: round 1's trials only
+    planned = replay_plan(study.spec.adaptive, study.trials, status, tmp_path / "r", study.name)
+    assert {t.trial_id for t in planned} == {t.trial_id for t in runs[0].trials}
