@@ -68,9 +68,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-_spec = importlib.util.spec_from_file_location("tu_fidelity", Path(__file__).with_name("tu_fidelity.py"))
-_tu = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tu)
 _spec = importlib.util.spec_from_file_location("mnist_authors",
                                                Path(__file__).with_name("mnist_authors.py"))
 _authors = importlib.util.module_from_spec(_spec)
@@ -79,6 +76,7 @@ _spec.loader.exec_module(_authors)
 N_PAD, ROWS = _authors.N_PAD, _authors.ROWS
 authors_steps, read_authors_log = _authors.authors_steps, _authors.read_authors_log
 run_authors_chunked, write_authors_data = _authors.run_authors_chunked, _authors.write_authors_data
+_tu = _authors._tu  # benchmarks/tu_fidelity.py (its stand-in torchvision), loaded there
 
 MNIST = ROOT.parent / "shared" / "fixtures" / "mnist"
 SPLITS = ("test_orig", "test_noisy", "test_noisyc")
