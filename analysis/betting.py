@@ -115,19 +115,27 @@ def _reject_each(x: np.ndarray, m: np.ndarray, lp: np.ndarray, ln: np.ndarray, c
     return k[..., idx, idx] >= bar if n else np.zeros(m.shape, dtype=bool)
 
 
+def _decision_capitals(d: np.ndarray, at: np.ndarray, alpha: float, equivalence: float,
+                       c: float) -> tuple[np.ndarray, ...]:
+    """The running-max capitals a decision reads, at the looks `at`: K+ and K- at m = 1/2
+    (a sign), K+ at (1 - eq) / 2 and K- at (1 + eq) / 2 (equivalence)."""
+    x, lp, ln = _prepare(d, alpha)
+    j = np.asarray(at) - 1
+    kp0, kn0 = capitals(x, 0.5, lp, ln, c)
+    kp_lo, _ = capitals(x, (1.0 - equivalence) / 2.0, lp, ln, c)
+    _, kn_hi = capitals(x, (1.0 + equivalence) / 2.0, lp, ln, c)
+    return kp0[..., j], kn0[..., j], kp_lo[..., j], kn_hi[..., j]
+
+
 def decision_codes(d: np.ndarray, at: np.ndarray, alpha: float, equivalence: float,
                    c: float = BET_C) -> np.ndarray:
     """Per row of d (studies x seeds) and look in `at` (seed counts): 0 open, 1 greater,
     2 less, 3 equivalent, from the capitals at m = 1/2 and the margins (1 -+ eq) / 2 only."""
     c = _check_c(c)
-    x, lp, ln = _prepare(d, alpha)
     bar = 1.0 / (THETA * alpha)
-    j = np.asarray(at) - 1
-    kp0, kn0 = capitals(x, 0.5, lp, ln, c)
-    kp_lo, _ = capitals(x, (1.0 - equivalence) / 2.0, lp, ln, c)
-    _, kn_hi = capitals(x, (1.0 + equivalence) / 2.0, lp, ln, c)
-    greater, less = kp0[..., j] >= bar, kn0[..., j] >= bar
-    equivalent = (kp_lo[..., j] >= bar) & (kn_hi[..., j] >= bar)
+    kp0, kn0, kp_lo, kn_hi = _decision_capitals(d, at, alpha, equivalence, c)
+    greater, less = kp0 >= bar, kn0 >= bar
+    equivalent = (kp_lo >= bar) & (kn_hi >= bar)
     out = np.zeros(greater.shape, dtype=np.int8)
     out[less] = 2
     out[greater] = 1
@@ -183,16 +191,12 @@ def undecidable(d: np.ndarray, at: np.ndarray, alpha: float, equivalence: float,
     same F for both) 'equivalent' needs both capitals, so it is out when either is. A look
     with no seeds left (at = max_seeds) is never marked: the study ends there anyway."""
     c = _check_c(c)
-    x, lp, ln = _prepare(d, alpha)
     bar = 1.0 / (THETA * alpha)
-    j = np.asarray(at) - 1
     left = max_seeds - np.asarray(at)
-    kp0, kn0 = capitals(x, 0.5, lp, ln, c)
+    kp0, kn0, kp_lo, kn_hi = _decision_capitals(d, at, alpha, equivalence, c)
     m = (1.0 - equivalence) / 2.0
-    kp_lo, _ = capitals(x, m, lp, ln, c)
-    _, kn_hi = capitals(x, 1.0 - m, lp, ln, c)
-    sign = np.maximum(kp0[..., j], kn0[..., j]) * (1.0 + c) ** left >= bar
-    same = np.minimum(kp_lo[..., j], kn_hi[..., j]) * (1.0 + c * (1.0 - m) / m) ** left >= bar
+    sign = np.maximum(kp0, kn0) * (1.0 + c) ** left >= bar
+    same = np.minimum(kp_lo, kn_hi) * (1.0 + c * (1.0 - m) / m) ** left >= bar
     return ~(sign | same) & (left > 0)
 
 

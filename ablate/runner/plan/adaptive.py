@@ -236,12 +236,10 @@ def decide_round(ad: AdaptiveSeeds, plan: PlanRows, values: pd.DataFrame, upto: 
 
 
 def can_decide(ad: AdaptiveSeeds, diff: object, remaining: int, alpha: float) -> bool:
-    """Whether `remaining` more seeds could still decide an open comparison after `diff`:
-    for the exact betting sequence a bound on what its capitals can still win (False: no
-    seeds up to max can decide it, so it asks for none); the other sequences: while seeds
-    remain (their intervals have no such bound)."""
-    if remaining <= 0:
-        return False
+    """Whether `remaining` (> 0) more seeds could still decide an open comparison after
+    `diff`: for the exact betting sequence a bound on what its capitals can still win (False:
+    no seeds up to max can decide it, so it asks for none); the other sequences have no such
+    bound."""
     if ad.sequence != "betting":
         return True
     import numpy as np
