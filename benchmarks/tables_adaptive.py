@@ -61,7 +61,8 @@ def adaptive_betting() -> str:
     m = doc["machine"]
     tree = "modified" if doc["git_dirty"] else "clean"
     return "\n".join(out) + (
-        f"\n\nSource: `benchmarks/results/{rel}` (`nice -n 10 python benchmarks/adaptive_sim.py`;"
+        f"\n\nSource: `benchmarks/results/{rel}` (`nice -n 10 python benchmarks/adaptive_sim.py "
+        f"--out benchmarks/results/{rel}`;"
         f" commit {doc['commit']}, {tree} tree; {m['cores']} cores, {m['date'][:10]}; "
         f"{st['studies_per_line']:,} simulated studies per line, {doc['wall_s']:.0f} s in all; "
         f"rounds start {st['start']}, step {st['step']}, max {st['max_seeds']}, equivalence "
